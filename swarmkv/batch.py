@@ -1,0 +1,191 @@
+"""Batch (llama_batch with explicit positions and sequence ids) and Sampler (a sampler chain)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._native import ffi, lib
+from .errors import BatchError, ConfigError, SwarmKVError
+
+if TYPE_CHECKING:
+    from .llama import Context
+
+
+class Batch:
+    """A llama_batch of at most `capacity` tokens, each in up to `n_seq_max` sequences.
+
+    Positions are explicit and absolute. Within one batch a sequence's positions must be
+    consecutive (checked here, as rows are added); Context.decode then checks that each
+    sequence continues where its memory ends.
+    """
+
+    def __init__(self, capacity: int, n_seq_max: int = 1) -> None:
+        if capacity < 1:
+            raise BatchError(f"batch capacity must be >= 1, got {capacity}")
+        if n_seq_max < 1:
+            raise BatchError(f"batch n_seq_max must be >= 1, got {n_seq_max}")
+        self.capacity = capacity
+        self.n_seq_max = n_seq_max
+        raw = lib.llama_batch_init(capacity, 0, n_seq_max)
+        if raw.token == ffi.NULL:
+            raise SwarmKVError(f"llama_batch_init({capacity}) failed")
+        self._raw = raw
+        self._spans: dict[int, list[int]] = {}
+        self._finalizer = weakref.finalize(self, lib.llama_batch_free, raw)
+
+    @property
+    def raw(self) -> Any:
+        if not self._finalizer.alive:
+            raise SwarmKVError("Batch is closed")
+        return self._raw
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self._raw.n_tokens)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def clear(self) -> None:
+        self.raw.n_tokens = 0
+        self._spans.clear()
+
+    def seq_spans(self) -> dict[int, tuple[int, int]]:
+        """First and last position of each sequence in the batch."""
+        return {s: (span[0], span[1]) for s, span in self._spans.items()}
+
+    def add(self, token: int, pos: int, seq_ids: Sequence[int], logits: bool = False) -> int:
+        """Append one row; returns its index (the i for Context.logits)."""
+        raw = self.raw
+        i = int(raw.n_tokens)
+        if i >= self.capacity:
+            raise BatchError(f"batch is full ({self.capacity} tokens)")
+        if not seq_ids or len(seq_ids) > self.n_seq_max:
+            raise BatchError(f"a token needs 1..{self.n_seq_max} seq ids, got {len(seq_ids)}")
+        if pos < 0:
+            raise BatchError(f"position must be >= 0, got {pos}")
+        for s in seq_ids:
+            self._track(s, pos)
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = len(seq_ids)
+        for j, s in enumerate(seq_ids):
+            raw.seq_id[i][j] = s
+        raw.logits[i] = 1 if logits else 0
+        raw.n_tokens = i + 1
+        return i
+
+    def _track(self, seq_id: int, pos: int) -> None:
+        if seq_id < 0:
+            raise BatchError(f"seq_id must be >= 0, got {seq_id}")
+        span = self._spans.get(seq_id)
+        if span is None:
+            self._spans[seq_id] = [pos, pos]
+        elif pos != span[1] + 1:
+            raise BatchError(f"position gap in seq {seq_id}: pos {pos} follows pos {span[1]}")
+        else:
+            span[1] = pos
+
+    def add_sequence(self, tokens: Iterable[int], pos0: int, seq_id: int,
+                     logits_last: bool = True) -> int:
+        """Append tokens at positions pos0, pos0+1, ... of one sequence; returns the last row."""
+        toks = list(tokens)
+        if not toks:
+            raise BatchError("add_sequence needs at least one token")
+        last = -1
+        for k, tok in enumerate(toks):
+            last = self.add(tok, pos0 + k, (seq_id,), logits_last and k == len(toks) - 1)
+        return last
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """temperature == 0 means greedy; otherwise top-k, top-p, min-p, temperature, then dist."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"top_k must be >= 1, got {self.top_k}")
+        for name in ("top_p", "min_p"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {value}")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class Sampler:
+    """A llama sampler chain. One sampler per branch; use from one thread at a time."""
+
+    def __init__(self, config: SamplerConfig | None = None) -> None:
+        self.config = config or SamplerConfig()
+        self.config.validate()
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if chain == ffi.NULL:
+            raise SwarmKVError("llama_sampler_chain_init failed")
+        self._ptr: Any = chain
+        self._finalizer = weakref.finalize(self, lib.llama_sampler_free, chain)
+        for stage in self._stages():
+            if stage == ffi.NULL:
+                raise SwarmKVError("a llama_sampler_init_* call failed")
+            lib.llama_sampler_chain_add(chain, stage)  # the chain now owns the stage
+
+    def _stages(self) -> list[Any]:
+        c = self.config
+        if c.greedy:
+            return [lib.llama_sampler_init_greedy()]
+        stages = []
+        if c.top_k is not None:
+            stages.append(lib.llama_sampler_init_top_k(c.top_k))
+        if c.top_p is not None:
+            stages.append(lib.llama_sampler_init_top_p(c.top_p, 1))
+        if c.min_p is not None:
+            stages.append(lib.llama_sampler_init_min_p(c.min_p, 1))
+        stages.append(lib.llama_sampler_init_temp(c.temperature))
+        stages.append(lib.llama_sampler_init_dist(c.seed))
+        return stages
+
+    @property
+    def ptr(self) -> Any:
+        if not self._finalizer.alive:
+            raise SwarmKVError("Sampler is closed")
+        return self._ptr
+
+    def sample(self, ctx: Context, i: int) -> int:
+        """Sample from batch row i of ctx's last decode (and accept the token)."""
+        # llama_sampler_sample GGML_ASSERTs (aborts the process) on a row without logits;
+        # ctx.logits raises a Python error for that row instead.
+        ctx.logits(i)
+        return int(lib.llama_sampler_sample(self.ptr, ctx.ptr, i))
+
+    def reset(self) -> None:
+        lib.llama_sampler_reset(self.ptr)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,421 @@
+"""Run pipeline nodes (prefill, branches) as a dependency graph, one thread per node.
+
+A node waits either for another node to *complete* or only until it *publishes* a named
+signal (a watermark such as "prefix:512"), so a branch that needs the first W document
+tokens can start while the prefill still runs. The graph is validated before any node
+runs; a failure skips only its dependents; a timeout or the caller's cancel Event stops
+the run cooperatively, and `run()` returns even if a node ignores cancellation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from swarmkv.errors import ConfigError, CycleError, DagError, PipelineError, SwarmKVError
+
+__all__ = ["Cancelled", "Dag", "DagResult", "Dep", "NodeContext", "NodeResult", "NodeStatus"]
+
+_log = logging.getLogger("swarmkv.dag")
+
+# How often run() looks at the caller's cancel Event: a threading.Event cannot be waited
+# on together with futures, so it is polled and turned into the run's stop future.
+_POLL_S = 0.02
+
+NodeStatus = Literal["ok", "failed", "skipped", "cancelled"]
+
+
+class Cancelled(SwarmKVError):
+    """Raised by `NodeContext.check_cancelled()`; a node raising it ends `cancelled`."""
+
+
+@dataclass(frozen=True)
+class Dep:
+    """Wait for `node` to complete or, with `signal`, only until it publishes that signal."""
+
+    node: str
+    signal: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The key of this dependency's value in `NodeContext.inputs`."""
+        return self.node if self.signal is None else f"{self.node}@{self.signal}"
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """How one node ended; `finished_s` is when its status was settled (perf_counter)."""
+
+    name: str
+    status: NodeStatus
+    value: Any = None
+    error: BaseException | None = None
+    reason: str | None = None
+    started_s: float | None = None
+    finished_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DagResult:
+    """Every node's result, in topological order."""
+
+    results: dict[str, NodeResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.results.values())
+
+    def failed(self) -> list[NodeResult]:
+        return [r for r in self.results.values() if r.status == "failed"]
+
+    def __getitem__(self, name: str) -> NodeResult:
+        return self.results[name]
+
+    def raise_for_failure(self) -> None:
+        """Raise PipelineError naming each failed node; skipped/cancelled alone do not raise."""
+        failed = self.failed()
+        if failed:
+            listing = "; ".join(f"{r.name}: {r.error!r}" for r in failed)
+            message = f"{len(failed)} pipeline node(s) failed: {listing}"
+            raise PipelineError(message) from failed[0].error
+
+
+@dataclass(frozen=True)
+class _Node:
+    name: str
+    fn: Callable[[NodeContext], Any]
+    deps: tuple[Dep, ...]
+
+    def dep_names(self) -> list[str]:
+        return list(dict.fromkeys(d.node for d in self.deps))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a dependency future resolves to: a value, or why dependents must be skipped."""
+
+    value: Any = None
+    skip: str | None = None
+
+
+class NodeContext:
+    """What a node function sees: its inputs, a way to publish signals, the cancel flag."""
+
+    __slots__ = ("_run", "inputs", "name")
+
+    def __init__(self, name: str, inputs: dict[str, Any], run: _Run) -> None:
+        self.name = name
+        self.inputs = inputs
+        self._run = run
+
+    def publish(self, signal: str, value: Any = None) -> None:
+        """Release dependents waiting on `signal`; a signal may be published once."""
+        self._run.publish(self.name, signal, value)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._run.cancel_reason() is not None
+
+    def check_cancelled(self) -> None:
+        """Raise Cancelled if the run was cancelled; call between steps of long work."""
+        reason = self._run.cancel_reason()
+        if reason is not None:
+            raise Cancelled(f"node {self.name!r} cancelled: {reason}")
+
+
+class Dag:
+    """Named nodes and their dependency edges; `run()` executes them, once or many times."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, _Node] = {}
+
+    def add(
+        self, name: str, fn: Callable[[NodeContext], Any], after: Iterable[str | Dep] = ()
+    ) -> None:
+        """Add a node; names must be unique, non-empty and free of "@" (used in input keys)."""
+        if not isinstance(name, str) or not name or "@" in name:
+            raise DagError(f"node name must be a non-empty string without '@', got {name!r}")
+        if name in self._nodes:
+            raise DagError(f"duplicate node name {name!r}")
+        if not callable(fn):
+            raise DagError(f"node {name!r}: fn must be callable, got {type(fn).__name__}")
+        deps = tuple(dict.fromkeys(_as_dep(name, d) for d in after))
+        self._nodes[name] = _Node(name, fn, deps)
+
+    def validate(self) -> None:
+        """Raise DagError (self-edge, unknown name) or CycleError; runs no node."""
+        _validate(self._nodes)
+
+    def order(self) -> list[str]:
+        """A topological order; among ready nodes the earliest added comes first."""
+        _validate(self._nodes)
+        return _topo_order(self._nodes)
+
+    def run(
+        self,
+        *,
+        timeout_s: float | None = None,
+        raise_on_failure: bool = False,
+        cancel: threading.Event | None = None,
+        grace_s: float = 1.0,
+    ) -> DagResult:
+        """Run every node on its own thread; `grace_s` is how long a stopped run waits
+        for running nodes to notice cancellation before marking them cancelled."""
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        if grace_s < 0:
+            raise ConfigError(f"grace_s must be >= 0, got {grace_s}")
+        nodes = dict(self._nodes)  # a snapshot, so add() during a run cannot change it
+        _validate(nodes)
+        order = _topo_order(nodes)
+        run = _Run(nodes, cancel)
+        try:
+            for name in order:
+                thread_name = f"swarmkv-node-{name}"
+                worker = threading.Thread(
+                    target=run.work, args=(nodes[name],), name=thread_name, daemon=True
+                )
+                worker.start()
+            run.supervise(timeout_s, grace_s)
+        except BaseException:
+            # Interrupted (or out of threads): release every worker before unwinding.
+            run.stop("interrupted")
+            raise
+        result = run.collect(order)
+        if raise_on_failure:
+            result.raise_for_failure()
+        return result
+
+
+def _as_dep(owner: str, dep: str | Dep) -> Dep:
+    if isinstance(dep, str):
+        dep = Dep(dep)
+    if not isinstance(dep, Dep):
+        raise DagError(f"node {owner!r}: dependency must be str or Dep, got {dep!r}")
+    if dep.signal is not None and (not isinstance(dep.signal, str) or not dep.signal):
+        raise DagError(f"node {owner!r}: signal of {dep.node!r} must be a non-empty string")
+    return dep
+
+
+def _validate(nodes: dict[str, _Node]) -> None:
+    for node in nodes.values():
+        for dep in node.dep_names():
+            if dep == node.name:
+                raise DagError(f"node {node.name!r} depends on itself")
+            if dep not in nodes:
+                raise DagError(f"node {node.name!r} depends on unknown node {dep!r}")
+    cycle = _find_cycle(nodes)
+    if cycle is not None:
+        raise CycleError(cycle)
+
+
+def _find_cycle(nodes: dict[str, _Node]) -> list[str] | None:
+    """A cycle as ["a", "b", "a"] (each waits for the next), starting at its earliest node."""
+    # Iterative DFS: a long chain of nodes must not hit Python's recursion limit.
+    index = {name: i for i, name in enumerate(nodes)}
+    state: dict[str, int] = {}  # 1: on the current path, 2: fully explored
+    for root in nodes:
+        if root in state:
+            continue
+        state[root] = 1
+        path, stack = [root], [iter(nodes[root].dep_names())]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                loop = path[path.index(nxt) :]
+                first = loop.index(min(loop, key=index.__getitem__))
+                loop = loop[first:] + loop[:first]
+                return [*loop, loop[0]]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(nodes[nxt].dep_names()))
+    return None
+
+
+def _topo_order(nodes: dict[str, _Node]) -> list[str]:
+    names = list(nodes)
+    index = {name: i for i, name in enumerate(names)}
+    waiting = {name: len(node.dep_names()) for name, node in nodes.items()}
+    dependents: dict[str, list[str]] = {name: [] for name in names}
+    for node in nodes.values():
+        for dep in node.dep_names():
+            dependents[dep].append(node.name)
+    ready = [index[name] for name in names if waiting[name] == 0]
+    order: list[str] = []
+    while ready:
+        name = names[heapq.heappop(ready)]
+        order.append(name)
+        for child in dependents[name]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, index[child])
+    return order
+
+
+def _settled(
+    name: str, status: NodeStatus, started: float | None = None, **fields: Any
+) -> NodeResult:
+    return NodeResult(name, status, started_s=started, finished_s=time.perf_counter(), **fields)
+
+
+def _outcome_of(result: NodeResult) -> _Outcome:
+    if result.status == "ok":
+        return _Outcome(value=result.value)
+    if result.status == "skipped":
+        return _Outcome(skip=result.reason)  # keeps naming the nearest failed ancestor
+    return _Outcome(skip=f"upstream {result.name} {result.status}")
+
+
+class _Run:
+    """The state of one run: fresh futures each time, so a Dag can be run again."""
+
+    def __init__(self, nodes: dict[str, _Node], cancel: threading.Event | None) -> None:
+        self._external = cancel
+        self._lock = threading.Lock()
+        self._stop: Future[None] = Future()
+        self._stop_reason: str | None = None
+        self._closed = False
+        self._done: dict[str, Future[_Outcome]] = {name: Future() for name in nodes}
+        self._signals: dict[tuple[str, str], Future[_Outcome]] = {
+            (d.node, d.signal): Future()
+            for node in nodes.values()
+            for d in node.deps
+            if d.signal is not None
+        }
+        self._published: set[tuple[str, str]] = set()
+        self._started: dict[str, float] = {}
+        self._results: dict[str, NodeResult] = {}
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+                self._stop.set_result(None)
+
+    def cancel_reason(self) -> str | None:
+        if self._stop_reason is not None:
+            return self._stop_reason
+        if self._external is not None and self._external.is_set():
+            return "cancelled"
+        return None
+
+    def publish(self, node: str, signal: str, value: Any) -> None:
+        with self._lock:
+            if (node, signal) in self._published:
+                raise DagError(f"node {node!r} published signal {signal!r} twice")
+            self._published.add((node, signal))
+            future = self._signals.get((node, signal))
+            # Done already means the node finished and this is a straggler: ignore it.
+            if future is not None and not future.done():
+                future.set_result(_Outcome(value=value))
+        _log.debug("node %s published %s", node, signal)
+
+    def work(self, node: _Node) -> None:
+        try:
+            result = self._execute(node)
+        except BaseException as exc:  # only an internal bug gets here; dependents must still wake
+            result = _settled(node.name, "failed", error=exc)
+        self._finish(node, result)
+
+    def _execute(self, node: _Node) -> NodeResult:
+        inputs = self._await_deps(node)
+        if isinstance(inputs, NodeResult):
+            return inputs
+        reason = self.cancel_reason()
+        if reason is not None:
+            return _settled(node.name, "cancelled", reason=reason)
+        started = time.perf_counter()
+        with self._lock:
+            self._started[node.name] = started
+        _log.debug("node %s started", node.name)
+        try:
+            value = node.fn(NodeContext(node.name, inputs, self))
+        except Cancelled as exc:
+            reason = self.cancel_reason() or str(exc) or "cancelled"
+            return _settled(node.name, "cancelled", started, error=exc, reason=reason)
+        except BaseException as exc:  # a worker thread has no caller to raise to: record it
+            _log.info("node %s failed: %r", node.name, exc)
+            return _settled(node.name, "failed", started, error=exc)
+        return _settled(node.name, "ok", started, value=value)
+
+    def _await_deps(self, node: _Node) -> dict[str, Any] | NodeResult:
+        futures = [(dep, self._future(dep)) for dep in node.deps]
+        while True:
+            reason = self.cancel_reason()
+            if reason is not None:
+                return _settled(node.name, "cancelled", reason=reason)
+            inputs: dict[str, Any] = {}
+            for dep, future in futures:
+                outcome = future.result() if future.done() else None
+                if outcome is not None and outcome.skip is not None:
+                    return _settled(node.name, "skipped", reason=outcome.skip)
+                if outcome is not None:
+                    inputs[dep.key] = outcome.value
+            if len(inputs) == len(futures):
+                return inputs
+            pending: list[Future[Any]] = [f for _, f in futures if not f.done()]
+            wait([*pending, self._stop], return_when=FIRST_COMPLETED)
+
+    def _future(self, dep: Dep) -> Future[_Outcome]:
+        return self._done[dep.node] if dep.signal is None else self._signals[dep.node, dep.signal]
+
+    def _finish(self, node: _Node, result: NodeResult) -> None:
+        outcome = _outcome_of(result)
+        with self._lock:
+            if not self._closed:
+                self._results[node.name] = result
+            for (owner, signal), future in self._signals.items():
+                if owner == node.name and not future.done():
+                    if result.status == "ok":
+                        skip = f"upstream {node.name} finished without publishing {signal}"
+                        future.set_result(_Outcome(skip=skip))
+                    else:
+                        future.set_result(outcome)
+        self._done[node.name].set_result(outcome)
+        _log.debug("node %s %s", node.name, result.status)
+
+    def supervise(self, timeout_s: float | None, grace_s: float) -> None:
+        """Wait for every node, or until the deadline / cancel Event, then `grace_s` more."""
+        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        pending: list[Future[Any]] = list(self._done.values())
+        while pending:
+            now = time.perf_counter()
+            if self._external is not None and self._external.is_set():
+                self.stop("cancelled")
+            elif deadline is not None and now >= deadline:
+                self.stop(f"pipeline timeout after {timeout_s:g} s")
+            if self._stop_reason is not None:
+                wait(pending, timeout=grace_s)
+                return
+            step = None if deadline is None else deadline - now
+            if self._external is not None:
+                step = _POLL_S if step is None else min(step, _POLL_S)
+            wait([*pending, self._stop], timeout=step, return_when=FIRST_COMPLETED)
+            pending = [f for f in pending if not f.done()]
+
+    def collect(self, order: list[str]) -> DagResult:
+        """Freeze the results; nodes still unsettled (ignoring cancellation) are cancelled."""
+        now = time.perf_counter()
+        with self._lock:
+            self._closed = True  # a straggler finishing later must not change this result
+            results: dict[str, NodeResult] = {}
+            for name in order:
+                result = self._results.get(name)
+                if result is None:
+                    if name in self._started:
+                        _log.warning("node %s ignored cancellation; leaving it running", name)
+                    reason = self._stop_reason or "cancelled"
+                    started = self._started.get(name)
+                    result = NodeResult(name, "cancelled", None, None, reason, started, now)
+                results[name] = result
+        return DagResult(results)

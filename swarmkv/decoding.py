@@ -1,0 +1,178 @@
+"""The decoding engine every handoff mode shares: chunked prefill, prompts, generation.
+
+One code path serves one branch (host, baseline) and many branches batched in one context
+(fork), so a single branch is decoded with exactly the batch shapes of the baseline.
+
+Sequence invariants (per context):
+
+| seq        | holds                                   | written by                    |
+|------------|-----------------------------------------|-------------------------------|
+| prefix seq | document tokens at positions [0, P)     | prefill_chunks                |
+| branch seq | prefix [0, W) + prompt + generated      | seq_cp / restore, then decode |
+
+A branch's prompt starts at position W (its prefix length), never at 0; each generated token
+continues at the next position. Finished branches free their cells with seq_rm.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .batch import Batch, Sampler, SamplerConfig
+from .errors import ConfigError
+from .llama import Context, Model
+
+TokenCallback = Callable[[str, int, str], None]
+
+
+def chunk_bounds(n_tokens: int, n_batch: int, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """[start, end) chunks of at most n_batch tokens; every cut (watermark) is a boundary.
+
+    The baseline uses the same bounds as the shared prefill, so both decode identical shapes.
+    """
+    if n_batch < 1:
+        raise ConfigError(f"n_batch must be >= 1, got {n_batch}")
+    edges = sorted({0, n_tokens, *(c for c in cuts if 0 < c < n_tokens)})
+    bounds = []
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        bounds.extend((s, min(s + n_batch, hi)) for s in range(lo, hi, n_batch))
+    return bounds
+
+
+def prefill_chunks(ctx: Context, tokens: Sequence[int], seq_id: int,
+                   bounds: Sequence[tuple[int, int]], batch: Batch,
+                   on_chunk: Callable[[int], None] | None = None) -> None:
+    """Decode tokens[lo:hi] for each bound at absolute positions lo..hi-1, without logits."""
+    for lo, hi in bounds:
+        batch.clear()
+        for pos in range(lo, hi):
+            batch.add(tokens[pos], pos, (seq_id,))
+        ctx.decode(batch)
+        if on_chunk is not None:
+            on_chunk(hi)
+
+
+@dataclass
+class BranchState:
+    """One branch being decoded: its sequence, sampler, output and stop rules."""
+
+    name: str
+    seq_id: int
+    prompt_tokens: list[int]
+    n_predict: int
+    sampler: Sampler
+    model: Model
+    pos: int  # next position to decode
+    stop: tuple[str, ...] = ()
+    on_token: TokenCallback | None = None
+    keep_logits: bool = False
+    tokens: list[int] = field(default_factory=list)
+    text_bytes: bytearray = field(default_factory=bytearray)
+    stop_reason: str | None = None
+    error: BaseException | None = None
+    first_logits: np.ndarray | None = None
+    t_start_ns: int = 0
+    t_first_ns: int | None = None
+    t_end_ns: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None or self.error is not None
+
+    @property
+    def text(self) -> str:
+        text = self.text_bytes.decode("utf-8", errors="replace")
+        for s in self.stop:
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[:cut]
+        return text
+
+    def take(self, ctx: Context, row: int) -> None:
+        """Sample from batch row `row`, record the token, and decide whether to stop."""
+        if self.keep_logits and self.first_logits is None:
+            self.first_logits = ctx.logits(row).copy()
+        token = self.sampler.sample(ctx, row)
+        if self.t_first_ns is None:
+            self.t_first_ns = time.perf_counter_ns()
+        if self.model.is_eog(token):
+            self.stop_reason = "eog"
+            return
+        self.tokens.append(token)
+        piece = self.model.token_to_piece(token)
+        self.text_bytes += piece
+        if self.on_token is not None:
+            self.on_token(self.name, token, piece.decode("utf-8", errors="replace"))
+        if self.stop and any(s in self.text_bytes.decode("utf-8", "replace") for s in self.stop):
+            self.stop_reason = "stop"
+        elif len(self.tokens) >= self.n_predict:
+            self.stop_reason = "length"
+
+    def fail(self, exc: BaseException) -> None:
+        self.error = exc
+
+
+def new_state(model: Model, name: str, seq_id: int, prompt_tokens: list[int], prefix_len: int,
+              n_predict: int, sampler: SamplerConfig, **kw: object) -> BranchState:
+    state = BranchState(name=name, seq_id=seq_id, prompt_tokens=prompt_tokens,
+                        n_predict=n_predict, sampler=Sampler(sampler), model=model,
+                        pos=prefix_len, **kw)  # type: ignore[arg-type]
+    state.t_start_ns = time.perf_counter_ns()
+    return state
+
+
+def _take_safely(ctx: Context, state: BranchState, row: int) -> None:
+    # One branch's failure (a raising callback, say) must not take the others down.
+    try:
+        state.take(ctx, row)
+    except Exception as exc:  # noqa: BLE001 - recorded on the branch, reported per node
+        state.fail(exc)
+    if state.done:
+        state.t_end_ns = time.perf_counter_ns()
+
+
+def decode_prompts(ctx: Context, states: Sequence[BranchState], batch: Batch) -> None:
+    """Decode every branch's prompt, packed into as few batches as n_batch allows.
+
+    Logits are requested only at each prompt's last token; that row is sampled right after
+    the decode that holds it, before the next decode overwrites the logits.
+    """
+    rows = [(s, k) for s in states for k in range(len(s.prompt_tokens))]
+    cap = min(batch.capacity, ctx.n_batch)
+    for lo in range(0, len(rows), cap):
+        batch.clear()
+        last_rows = []
+        for state, k in rows[lo:lo + cap]:
+            is_last = k == len(state.prompt_tokens) - 1
+            row = batch.add(state.prompt_tokens[k], state.pos, (state.seq_id,), is_last)
+            state.pos += 1
+            if is_last:
+                last_rows.append((state, row))
+        ctx.decode(batch)
+        for state, row in last_rows:
+            _take_safely(ctx, state, row)
+
+
+def generation_loop(ctx: Context, states: Sequence[BranchState], batch: Batch,
+                    check_cancelled: Callable[[], None] | None = None,
+                    free_finished: bool = True) -> None:
+    """One llama_decode per step for all live branches; each samples from its own row."""
+    live = [s for s in states if not s.done]
+    while live:
+        if check_cancelled is not None:
+            check_cancelled()
+        batch.clear()
+        rows = [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in live]
+        ctx.decode(batch)
+        for state, row in rows:
+            state.pos += 1
+            _take_safely(ctx, state, row)
+        if free_finished:
+            for state in live:
+                if state.done:
+                    ctx.seq_rm(state.seq_id)
+        live = [s for s in live if not s.done]

@@ -1,0 +1,64 @@
+"""One exception family for everything SwarmKV raises on purpose.
+
+Messages carry the numbers involved, so a user can act without a debugger.
+"""
+
+from __future__ import annotations
+
+
+class SwarmKVError(Exception):
+    """Base class of every error SwarmKV raises deliberately."""
+
+
+class ConfigError(SwarmKVError, ValueError):
+    """A parameter or input is invalid; raised before any native call."""
+
+
+class ModelLoadError(SwarmKVError):
+    """A model file is missing, not GGUF, truncated, or rejected by llama.cpp."""
+
+
+class ContextCreateError(SwarmKVError):
+    """llama.cpp could not create a context (too large for the model or for memory)."""
+
+
+class ContextBudgetError(ConfigError):
+    """The tokens a pipeline needs do not fit in n_ctx."""
+
+
+class BatchError(ConfigError):
+    """A batch is over capacity, has a position gap, or names a bad sequence."""
+
+
+class NativeCallError(SwarmKVError):
+    """A native call returned an error code or an unexpected byte count."""
+
+    def __init__(self, fn: str, code: int, detail: str = "") -> None:
+        self.fn = fn
+        self.code = code
+        message = f"{fn} returned {code}"
+        super().__init__(f"{message}: {detail}" if detail else message)
+
+
+class SnapshotMismatchError(SwarmKVError):
+    """A KV snapshot does not fit the context it is restored into (model, size, bytes)."""
+
+
+class PoolError(SwarmKVError):
+    """The host buffer pool could not allocate, or was used after close."""
+
+
+class DagError(ConfigError):
+    """A pipeline graph is malformed: unknown or duplicate names, self-edges."""
+
+
+class CycleError(DagError):
+    """A pipeline graph has a cycle; `cycle` lists the node names around it."""
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = cycle
+        super().__init__("dependency cycle: " + " -> ".join(cycle))
+
+
+class PipelineError(SwarmKVError):
+    """A pipeline run finished with failed nodes (raised only when asked to)."""

@@ -1,0 +1,555 @@
+"""Owning wrappers around libllama handles: Model and Context (Batch and Sampler in batch.py).
+
+Ownership rules, the same for every handle:
+
+| handle          | owner   | freed by                          | keeps alive |
+|-----------------|---------|-----------------------------------|-------------|
+| llama_model *   | Model   | llama_model_free (finalize/close) | -           |
+| llama_context * | Context | llama_free (finalize/close)       | its Model   |
+| llama_batch     | Batch   | llama_batch_free                  | -           |
+| llama_sampler * | Sampler | llama_sampler_free                | -           |
+
+`close()` is idempotent; `weakref.finalize` frees a handle the user forgot (it holds the raw
+pointer, never `self`). A context keeps a strong reference to its model so the model cannot be
+freed under it. Every input is validated before the native call, so bad input raises a
+SwarmKVError and never reaches a C++ exception or abort.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import weakref
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ._native import ffi, lib
+from .errors import (
+    BatchError,
+    ConfigError,
+    ContextCreateError,
+    ModelLoadError,
+    NativeCallError,
+    SnapshotMismatchError,
+    SwarmKVError,
+)
+from .kvmath import estimate_kv_bytes, mem_available_bytes
+
+if TYPE_CHECKING:
+    from .batch import Batch
+
+GGUF_MAGIC = b"GGUF"
+# Past this size a model file is fingerprinted by samples, not hashed whole (see fingerprint).
+_FINGERPRINT_SAMPLE = 64 << 10
+
+
+def _closed(kind: str) -> SwarmKVError:
+    return SwarmKVError(f"{kind} is closed")
+
+
+def _check_gguf_file(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelLoadError(f"model path is not a file: {path}")
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (magic {magic!r}, size {size} bytes)")
+
+
+class Model:
+    """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts."""
+
+    def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int | None = None) -> None:
+        self.path = Path(path).expanduser().resolve()
+        _check_gguf_file(self.path)
+        params = lib.llama_model_default_params()
+        if n_gpu_layers is not None:
+            params.n_gpu_layers = int(n_gpu_layers)
+        ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if ptr == ffi.NULL:
+            raise ModelLoadError(
+                f"llama_model_load_from_file failed for {self.path} "
+                f"({self.path.stat().st_size} bytes): truncated, corrupt or unsupported GGUF; "
+                "see the swarmkv.llama log for llama.cpp's reason"
+            )
+        self._ptr: Any = ptr
+        self._vocab = lib.llama_model_get_vocab(ptr)
+        self._finalizer = weakref.finalize(self, lib.llama_model_free, ptr)
+
+    # -- lifetime -------------------------------------------------------------------------
+    @property
+    def ptr(self) -> Any:
+        if not self._finalizer.alive:
+            raise _closed("Model")
+        return self._ptr
+
+    @property
+    def vocab(self) -> Any:
+        self.ptr  # noqa: B018 - raises when closed
+        return self._vocab
+
+    def close(self) -> None:
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- shape ----------------------------------------------------------------------------
+    @property
+    def n_layer(self) -> int:
+        return int(lib.llama_model_n_layer(self.ptr))
+
+    @property
+    def n_embd(self) -> int:
+        return int(lib.llama_model_n_embd(self.ptr))
+
+    @property
+    def n_head(self) -> int:
+        return int(lib.llama_model_n_head(self.ptr))
+
+    @property
+    def n_head_kv(self) -> int:
+        return int(lib.llama_model_n_head_kv(self.ptr))
+
+    @property
+    def n_vocab(self) -> int:
+        return int(lib.llama_vocab_n_tokens(self.vocab))
+
+    @property
+    def n_ctx_train(self) -> int:
+        return int(lib.llama_model_n_ctx_train(self.ptr))
+
+    @property
+    def n_swa(self) -> int:
+        """Sliding-window size in tokens; 0 for models without sliding-window attention."""
+        return int(lib.llama_model_n_swa(self.ptr))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(lib.llama_model_size(self.ptr))
+
+    @property
+    def n_params(self) -> int:
+        return int(lib.llama_model_n_params(self.ptr))
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None when the key is absent."""
+        buf = ffi.new("char[]", 4096)
+        n = lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, 4096)
+        return None if n < 0 else ffi.string(buf).decode("utf-8", errors="replace")
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    @property
+    def description(self) -> str:
+        buf = ffi.new("char[]", 256)
+        lib.llama_model_desc(self.ptr, buf, 256)
+        return ffi.string(buf).decode("utf-8", errors="replace")
+
+    def head_dims(self) -> tuple[int, int]:
+        """(key, value) head size, from metadata where the architecture states it."""
+        arch = self.architecture
+        default = self.n_embd // max(self.n_head, 1)
+        k = self.meta(f"{arch}.attention.key_length")
+        v = self.meta(f"{arch}.attention.value_length")
+        return (int(k) if k else default, int(v) if v else default)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Identifies the weights: sha256 of the file size, GGUF header and sampled blocks.
+
+        Hashing all of a multi-GB file would cost seconds per process; the header (which
+        holds every tensor's name, shape, type and offset) plus 64 evenly spaced 64 KiB
+        samples of the data distinguishes real models at a cost of milliseconds.
+        """
+        digest = hashlib.sha256()
+        size = self.path.stat().st_size
+        digest.update(size.to_bytes(8, "little"))
+        with self.path.open("rb") as f:
+            digest.update(f.read(4 << 20))
+            for i in range(64):
+                f.seek(size * i // 64)
+                digest.update(f.read(_FINGERPRINT_SAMPLE))
+        return digest.hexdigest()
+
+    # -- tokenizer ------------------------------------------------------------------------
+    @property
+    def bos(self) -> int | None:
+        tok = int(lib.llama_vocab_bos(self.vocab))
+        return None if tok < 0 else tok
+
+    @property
+    def eos(self) -> int | None:
+        tok = int(lib.llama_vocab_eos(self.vocab))
+        return None if tok < 0 else tok
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(lib.llama_vocab_get_add_bos(self.vocab))
+
+    def is_eog(self, token: int) -> bool:
+        self._check_token(token)
+        return bool(lib.llama_vocab_is_eog(self.vocab, token))
+
+    def _check_token(self, token: int) -> None:
+        if not 0 <= token < self.n_vocab:
+            raise ConfigError(f"token id {token} is outside the vocabulary [0, {self.n_vocab})")
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of `text`; `add_special` adds BOS (and EOS) where the model asks for it."""
+        raw = text.encode("utf-8")
+        cap = len(raw) + 8
+        for _ in range(2):
+            out = ffi.new("llama_token[]", cap)
+            n = lib.llama_tokenize(self.vocab, raw, len(raw), out, cap, add_special, parse_special)
+            if n >= 0:
+                return list(out[0:n])
+            if n == -(2**31):
+                raise NativeCallError("llama_tokenize", n, "token count overflows int32")
+            cap = -n
+        raise NativeCallError("llama_tokenize", n, f"needed {cap} tokens twice")
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes of one token (may be part of a UTF-8 character)."""
+        self._check_token(token)
+        cap = 64
+        for _ in range(2):
+            buf = ffi.new("char[]", cap)
+            n = lib.llama_token_to_piece(self.vocab, token, buf, cap, 0, special)
+            if n >= 0:
+                return bytes(ffi.buffer(buf, n))
+            cap = -n
+        raise NativeCallError("llama_token_to_piece", n, f"token {token}")
+
+    def detokenize(self, tokens: list[int], *, remove_special: bool = False,
+                   unparse_special: bool = False) -> str:
+        for tok in tokens:
+            self._check_token(tok)
+        arr = ffi.new("llama_token[]", tokens) if tokens else ffi.NULL
+        cap = max(16, 8 * len(tokens))
+        for _ in range(2):
+            buf = ffi.new("char[]", cap)
+            n = lib.llama_detokenize(self.vocab, arr, len(tokens), buf, cap,
+                                     remove_special, unparse_special)
+            if n >= 0:
+                return bytes(ffi.buffer(buf, n)).decode("utf-8", errors="replace")
+            cap = -n
+        raise NativeCallError("llama_detokenize", n, f"{len(tokens)} tokens")
+
+
+FlashAttn = Literal["auto", "on", "off"]
+_FLASH = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+          "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
+_KV_TYPES = {"f32": "GGML_TYPE_F32", "f16": "GGML_TYPE_F16", "bf16": "GGML_TYPE_BF16",
+             "q8_0": "GGML_TYPE_Q8_0", "q4_0": "GGML_TYPE_Q4_0"}
+LLAMA_MAX_SEQ = 256  # llama-cparams.h; llama.cpp throws past it
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """Every knob of a llama_context that SwarmKV sets. None means "llama.cpp's/our default".
+
+    swa_full=None resolves to True for sliding-window models: with a window-sized SWA cache
+    the cells a sequence keeps depend on how it got them, and on the pinned tree logits past
+    the window differed by NMSE ~1e-3 between a context that decoded a document and one that
+    restored or forked it. With the full-size cache restore and fork were bit-exact (NMSE 0).
+    Exactness is the product, so it is the default; pass swa_full=False to trade it for memory.
+
+    Restores are bit-exact only with the cell layout kept too: see Context.exact_state_flags.
+    """
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int | None = None
+    n_seq_max: int = 1
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    kv_unified: bool = False
+    swa_full: bool | None = None
+    flash_attn: FlashAttn = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    offload_kqv: bool = True
+
+    def validate(self, model: Model) -> None:
+        if self.n_ctx < 1:
+            raise ConfigError(f"n_ctx must be >= 1, got {self.n_ctx}")
+        if self.n_ctx > model.n_ctx_train:
+            raise ContextCreateError(
+                f"n_ctx={self.n_ctx} exceeds what {model.path.name} supports "
+                f"(n_ctx_train={model.n_ctx_train})"
+            )
+        if not 1 <= self.n_batch <= self.n_ctx:
+            raise ConfigError(f"n_batch must be in [1, n_ctx={self.n_ctx}], got {self.n_batch}")
+        if self.n_ubatch is not None and not 1 <= self.n_ubatch <= self.n_batch:
+            raise ConfigError(f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}")
+        if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
+            raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
+        if self.n_seq_max > self.n_batch:
+            # llama.cpp reserves n_batch output rows and GGML_ASSERTs past them
+            raise ConfigError(f"n_seq_max={self.n_seq_max} exceeds n_batch={self.n_batch}")
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if self.flash_attn not in _FLASH:
+            raise ConfigError(f"flash_attn must be one of {sorted(_FLASH)}, got {self.flash_attn!r}")
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in _KV_TYPES:
+                raise ConfigError(f"{name} must be one of {sorted(_KV_TYPES)}")
+
+    def resolved_swa_full(self, model: Model) -> bool:
+        return model.n_swa > 0 if self.swa_full is None else self.swa_full
+
+    def to_params(self, model: Model) -> Any:
+        params = lib.llama_context_default_params()
+        threads = self.n_threads or default_threads()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.n_batch
+        params.n_ubatch = self.n_ubatch or self.n_batch
+        params.n_seq_max = self.n_seq_max
+        params.n_threads = threads
+        params.n_threads_batch = self.n_threads_batch or threads
+        params.kv_unified = self.kv_unified
+        params.swa_full = self.resolved_swa_full(model)
+        params.flash_attn_type = getattr(lib, _FLASH[self.flash_attn])
+        params.type_k = getattr(lib, _KV_TYPES[self.type_k])
+        params.type_v = getattr(lib, _KV_TYPES[self.type_v])
+        params.offload_kqv = self.offload_kqv
+        params.no_perf = False
+        return params
+
+
+@dataclass(frozen=True)
+class PerfCounters:
+    t_p_eval_ms: float
+    t_eval_ms: float
+    n_p_eval: int
+    n_eval: int
+
+
+class Context:
+    """A llama_context. Use from one thread at a time (see concurrency.py)."""
+
+    def __init__(self, model: Model, config: ContextConfig | None = None, **overrides: Any) -> None:
+        config = config or ContextConfig()
+        if overrides:
+            config = replace(config, **overrides)
+        config.validate(model)
+        self._check_memory(model, config)
+        self.model = model  # strong reference: the model outlives its contexts
+        self.config = config
+        ptr = lib.llama_init_from_model(model.ptr, config.to_params(model))
+        if ptr == ffi.NULL:
+            raise ContextCreateError(
+                f"llama_init_from_model failed (n_ctx={config.n_ctx}, n_batch={config.n_batch}, "
+                f"n_seq_max={config.n_seq_max}); see the swarmkv.llama log"
+            )
+        self._ptr: Any = ptr
+        self._mem = lib.llama_get_memory(ptr)
+        self.n_vocab = model.n_vocab
+        self.n_ctx = int(lib.llama_n_ctx(ptr))
+        # without kv_unified each sequence has its own stream of n_ctx / n_seq_max cells
+        self.n_ctx_seq = int(lib.llama_n_ctx_seq(ptr))
+        self.n_batch = int(lib.llama_n_batch(ptr))
+        self.n_seq_max = int(lib.llama_n_seq_max(ptr))
+        self._finalizer = weakref.finalize(self, lib.llama_free, ptr)
+
+    @staticmethod
+    def _check_memory(model: Model, config: ContextConfig) -> None:
+        cells = config.n_ctx
+        if not config.kv_unified and config.n_seq_max > 1:  # llama.cpp pads each stream to 256
+            cells = -(-(config.n_ctx // config.n_seq_max) // 256) * 256 * config.n_seq_max
+        need = estimate_kv_bytes(model, cells, config.type_k, config.type_v)
+        avail = mem_available_bytes()
+        if avail is not None and need > avail:
+            raise ContextCreateError(
+                f"a KV cache of n_ctx={config.n_ctx} needs about {need / 2**20:.0f} MiB, "
+                f"but only {avail / 2**20:.0f} MiB of memory is available"
+            )
+
+    # -- lifetime -------------------------------------------------------------------------
+    @property
+    def ptr(self) -> Any:
+        if not self._finalizer.alive:
+            raise _closed("Context")
+        return self._ptr
+
+    def close(self) -> None:
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- decode ---------------------------------------------------------------------------
+    def decode(self, batch: Batch) -> None:
+        """Decode a batch; positions must continue each sequence's memory (checked first)."""
+        n = batch.n_tokens
+        if n == 0:
+            raise BatchError("cannot decode an empty batch")
+        if n > self.n_batch:
+            raise BatchError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        for seq_id, (first, last) in batch.seq_spans().items():
+            self.check_seq(seq_id)
+            expected = self.seq_pos_max(seq_id) + 1
+            if expected > 0 and first != expected:
+                raise BatchError(
+                    f"position gap in seq {seq_id}: memory ends at pos {expected - 1}, "
+                    f"batch starts at pos {first} (must be {expected})"
+                )
+            if last >= self.n_ctx_seq:
+                raise BatchError(
+                    f"seq {seq_id} would reach pos {last}, past its {self.n_ctx_seq} cells "
+                    f"(n_ctx={self.n_ctx}, n_seq_max={self.n_seq_max})"
+                )
+        rc = int(lib.llama_decode(self.ptr, batch.raw))
+        if rc != 0:
+            raise NativeCallError("llama_decode", rc, _decode_reason(rc, n, self.n_ctx))
+
+    def logits(self, i: int) -> np.ndarray:
+        """Logits of batch row i (negative counts from the end) of the last decode.
+
+        A view into llama.cpp's buffer, valid until the next decode: `.copy()` to keep it.
+        """
+        ptr = lib.llama_get_logits_ith(self.ptr, i)
+        if ptr == ffi.NULL:
+            raise NativeCallError("llama_get_logits_ith", 0, f"no logits for batch row {i}")
+        return np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32)
+
+    # -- memory (KV cache) ------------------------------------------------------------------
+    def check_seq(self, seq_id: int) -> None:
+        if not 0 <= seq_id < self.n_seq_max:
+            raise BatchError(f"seq_id {seq_id} outside [0, n_seq_max={self.n_seq_max})")
+
+    def memory_clear(self, data: bool = True) -> None:
+        lib.llama_memory_clear(lib.llama_get_memory(self.ptr), data)
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        if seq_id != -1:
+            self.check_seq(seq_id)
+        if not lib.llama_memory_seq_rm(self._memory(), seq_id, p0, p1):
+            raise NativeCallError("llama_memory_seq_rm", 0, f"seq {seq_id} [{p0}, {p1})")
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self.check_seq(src)
+        self.check_seq(dst)
+        if not self.config.kv_unified and self.n_seq_max > 1 and (p0 > 0 or p1 >= 0):
+            # per-sequence KV streams copy whole buffers; llama.cpp GGML_ASSERTs on a range
+            raise ConfigError(f"seq_cp of positions [{p0}, {p1}) needs kv_unified=True")
+        lib.llama_memory_seq_cp(self._memory(), src, dst, p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        self.check_seq(seq_id)
+        lib.llama_memory_seq_keep(self._memory(), seq_id)
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        self.check_seq(seq_id)
+        lib.llama_memory_seq_add(self._memory(), seq_id, p0, p1, delta)
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        self.check_seq(seq_id)
+        return int(lib.llama_memory_seq_pos_min(self._memory(), seq_id))
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held for seq_id, -1 when the sequence is empty."""
+        self.check_seq(seq_id)
+        return int(lib.llama_memory_seq_pos_max(self._memory(), seq_id))
+
+    def _memory(self) -> Any:
+        self.ptr  # noqa: B018 - raises when closed
+        return self._mem
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def exact_state_flags(self) -> int:
+        """State flags that make a restored sequence layout-identical to its source.
+
+        llama.cpp leaves SWA-masked cells out of a sequence's state, so a restoring context
+        holds the window at other cell indices than the context that decoded it; attention
+        then sums in another order and logits drift (NMSE ~1e-3..1e-2 on Gemma 3). With the
+        full-size SWA cache our patch's KEEP_SWA_MASKED flag keeps those cells, and restore
+        becomes bit-exact. Without swa_full the cells do not fit, so no flag.
+        """
+        if self.model.n_swa > 0 and self.config.resolved_swa_full(self.model):
+            return int(lib.LLAMA_STATE_SEQ_FLAGS_KEEP_SWA_MASKED)
+        return 0
+
+    def state_size(self) -> int:
+        return int(lib.llama_state_get_size(self.ptr))
+
+    def state_seq_size(self, seq_id: int, flags: int = 0) -> int:
+        self.check_seq(seq_id)
+        return int(lib.llama_state_seq_get_size_ext(self.ptr, seq_id, flags))
+
+    def state_seq_get(self, seq_id: int, dst: memoryview, flags: int = 0) -> int:
+        """Write seq_id's state into dst; returns the byte count, checked against the size."""
+        self.check_seq(seq_id)
+        need = self.state_seq_size(seq_id, flags)
+        if len(dst) < need:
+            raise BatchError(f"state of seq {seq_id} needs {need} bytes, buffer has {len(dst)}")
+        buf = ffi.from_buffer("uint8_t[]", dst, require_writable=True)
+        n = int(lib.llama_state_seq_get_data_ext(self.ptr, buf, len(dst), seq_id, flags))
+        if n != need:
+            raise NativeCallError("llama_state_seq_get_data_ext", n,
+                                  f"seq={seq_id}: wrote {n} of {need} bytes")
+        return n
+
+    def state_seq_set(self, seq_id: int, src: memoryview | bytes, flags: int = 0) -> int:
+        """Restore seq_id from src; every byte must be consumed."""
+        self.check_seq(seq_id)
+        buf = ffi.from_buffer("uint8_t[]", src)
+        n = int(lib.llama_state_seq_set_data_ext(self.ptr, buf, len(src), seq_id, flags))
+        if n != len(src):
+            raise SnapshotMismatchError(
+                f"llama_state_seq_set_data_ext(seq={seq_id}): consumed {n} of {len(src)} bytes "
+                "(snapshot from another model, other context settings, or corrupt)"
+            )
+        return n
+
+    def perf(self) -> PerfCounters:
+        # llama.cpp counts a decode when it synchronizes, which a decode without logits
+        # has not done yet.
+        lib.llama_synchronize(self.ptr)
+        data = lib.llama_perf_context(self.ptr)
+        return PerfCounters(data.t_p_eval_ms, data.t_eval_ms, data.n_p_eval, data.n_eval)
+
+    def perf_reset(self) -> None:
+        lib.llama_synchronize(self.ptr)
+        lib.llama_perf_context_reset(self.ptr)
+
+
+def _decode_reason(rc: int, n_tokens: int, n_ctx: int) -> str:
+    if rc == 1:
+        return f"no KV slot for a batch of {n_tokens} tokens (n_ctx={n_ctx}): context is full"
+    if rc == 2:
+        return "aborted"
+    if rc == -1:
+        return "invalid input batch (see the swarmkv.llama log)"
+    return "fatal error in llama_decode (see the swarmkv.llama log)"

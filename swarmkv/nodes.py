@@ -1,0 +1,111 @@
+"""The two kinds of pipeline node: PrefillNode (the shared document) and BranchNode.
+
+Both are plain specs validated before anything native runs; the handoff modes in handoff.py
+turn them into DAG work. The text a branch sees is the document followed by its prompt,
+tokenized separately: the document with BOS, the prompt without. For that to equal
+tokenizing `document + prompt` as one string, end the document at a token boundary (a
+newline or sentence end) and start the prompt with a space or newline (see README).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .batch import SamplerConfig
+from .decoding import TokenCallback
+from .errors import ConfigError
+from .llama import Model
+
+
+@dataclass(frozen=True)
+class PrefillNode:
+    """The shared document, decoded once on the prefix sequence."""
+
+    name: str
+    text: str
+
+    @staticmethod
+    def from_source(name: str, text: str | None = None, path: str | Path | None = None) -> PrefillNode:
+        if (text is None) == (path is None):
+            raise ConfigError(f"prefill {name!r}: give exactly one of text= or path=")
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise ConfigError(f"prefill {name!r}: document file not found: {p}")
+            text = p.read_text(encoding="utf-8")
+        assert text is not None
+        if not text.strip():
+            raise ConfigError(f"prefill {name!r}: the document is empty")
+        return PrefillNode(name, text)
+
+    def tokenize(self, model: Model) -> list[int]:
+        return model.tokenize(self.text, add_special=True)
+
+
+@dataclass(frozen=True)
+class BranchNode:
+    """One agent reading the document: a prompt, a token budget and sampler settings.
+
+    `after` names the prefill node and optionally other branches; an upstream branch's text
+    can be used in the prompt as `{name}`. `required_prefix_tokens=W` lets the branch start
+    as soon as the first W document tokens are decoded (it then sees only those).
+    """
+
+    name: str
+    prompt: str
+    after: tuple[str, ...]
+    n_predict: int = 64
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    stop: tuple[str, ...] = ()
+    required_prefix_tokens: int | None = None
+    on_token: TokenCallback | None = field(default=None, compare=False, repr=False)
+
+    def validate(self) -> None:
+        if not self.prompt.strip():
+            raise ConfigError(f"branch {self.name!r}: the prompt is empty")
+        if self.n_predict < 1:
+            raise ConfigError(f"branch {self.name!r}: n_predict must be >= 1, got {self.n_predict}")
+        if self.required_prefix_tokens is not None and self.required_prefix_tokens < 1:
+            raise ConfigError(f"branch {self.name!r}: required_prefix_tokens must be >= 1")
+        if any(not s for s in self.stop):
+            raise ConfigError(f"branch {self.name!r}: stop strings must not be empty")
+        self.sampler.validate()
+
+    def placeholders(self) -> list[str]:
+        """Names of upstream branches the prompt interpolates as {name}."""
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(self.prompt) if f is not None]
+        except ValueError as exc:
+            raise ConfigError(f"branch {self.name!r}: bad prompt template: {exc}") from exc
+        return fields
+
+    def render(self, upstream_text: dict[str, str]) -> str:
+        if not self.placeholders():
+            return self.prompt
+        return self.prompt.format(**upstream_text)
+
+    def prompt_tokens(self, model: Model, upstream_text: dict[str, str]) -> list[int]:
+        return model.tokenize(self.render(upstream_text), add_special=False)
+
+    def estimated_prompt_tokens(self, model: Model, n_predict_of: dict[str, int]) -> int:
+        """Upper estimate before upstream text exists: its n_predict tokens plus slack each."""
+        names = self.placeholders()
+        base = model.tokenize(self.render({n: "" for n in names}), add_special=False)
+        return len(base) + sum(n_predict_of[n] + 4 for n in names)
+
+
+def check_names(prefills: Sequence[PrefillNode], branches: Sequence[BranchNode]) -> None:
+    """Placeholders must name upstream branches the branch declares in `after`."""
+    branch_names = {b.name for b in branches}
+    for b in branches:
+        for ph in b.placeholders():
+            if ph not in branch_names:
+                raise ConfigError(f"branch {b.name!r}: prompt uses {{{ph}}}, not a branch name")
+            if ph not in b.after:
+                raise ConfigError(f"branch {b.name!r}: prompt uses {{{ph}}} but not after={ph!r}")
+        docs = [a for a in b.after if a in {p.name for p in prefills}]
+        if len(docs) != 1 and not any(a in branch_names for a in b.after):
+            raise ConfigError(f"branch {b.name!r}: must come after exactly one prefill node")

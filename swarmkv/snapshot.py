@@ -1,0 +1,154 @@
+"""KVSnapshot: one sequence's KV state as bytes in a pool buffer, plus what it is of.
+
+A snapshot records the model fingerprint and the prefix token ids, so restoring it into a
+context of another model, or saving and loading it across processes, is checked in Python
+before any byte reaches llama.cpp.
+
+File format (little endian): b"SWKV", u32 version, u32 header length, UTF-8 JSON header
+(model_fingerprint, tokens, flags, nbytes, sha256, llama_cpp_commit), then nbytes of state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SnapshotMismatchError
+from .llama import Context
+from .pool import HostBuffer, HostBufferPool
+
+_MAGIC = b"SWKV"
+_VERSION = 1
+
+
+@dataclass
+class KVSnapshot:
+    """State bytes of a prefix of `n_tokens` tokens; owns its pool buffer."""
+
+    buffer: HostBuffer
+    tokens: tuple[int, ...]
+    model_fingerprint: str
+    flags: int = 0
+    capture_ms: float | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.nbytes
+
+    @property
+    def data(self) -> memoryview:
+        return self.buffer.view
+
+    def fork(self, pool: HostBufferPool) -> KVSnapshot:
+        """Copy-on-fork: a private copy of the bytes for one branch."""
+        return KVSnapshot(pool.copy_of(self.data), self.tokens, self.model_fingerprint, self.flags)
+
+    def release(self) -> None:
+        self.buffer.release()
+
+    def save(self, path: str | os.PathLike[str], llama_cpp_commit: str = "") -> Path:
+        """Write atomically (temp file + rename), so a reader never sees half a snapshot."""
+        path = Path(path)
+        header = json.dumps({
+            "model_fingerprint": self.model_fingerprint, "tokens": list(self.tokens),
+            "flags": self.flags, "nbytes": self.nbytes,
+            "sha256": hashlib.sha256(self.data).hexdigest(), "llama_cpp_commit": llama_cpp_commit,
+        }).encode()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with tmp.open("wb") as f:
+            f.write(_MAGIC + struct.pack("<II", _VERSION, len(header)) + header)
+            f.write(self.data)
+        tmp.replace(path)
+        return path
+
+    @staticmethod
+    def load(path: str | os.PathLike[str], pool: HostBufferPool) -> KVSnapshot:
+        path = Path(path)
+        with path.open("rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != _MAGIC:
+                raise SnapshotMismatchError(f"{path} is not a SwarmKV snapshot")
+            version, header_len = struct.unpack("<II", head[4:])
+            if version != _VERSION:
+                raise SnapshotMismatchError(f"{path}: snapshot version {version}, expected {_VERSION}")
+            meta = _parse_header(path, f.read(header_len))
+            buf = pool.alloc(meta["nbytes"])
+            got = f.readinto(buf.view)
+        if got != meta["nbytes"] or hashlib.sha256(buf.view).hexdigest() != meta["sha256"]:
+            buf.release()
+            raise SnapshotMismatchError(f"{path}: payload truncated or corrupt ({got} bytes read)")
+        return KVSnapshot(buf, tuple(meta["tokens"]), meta["model_fingerprint"], meta["flags"])
+
+
+_HEADER_KEYS = {"model_fingerprint": str, "tokens": list, "flags": int, "nbytes": int,
+                "sha256": str}
+
+
+def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
+    """The JSON header, every key present with its type, or SnapshotMismatchError."""
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotMismatchError(f"{path}: snapshot header is damaged ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise SnapshotMismatchError(f"{path}: snapshot header is not an object")
+    for key, kind in _HEADER_KEYS.items():
+        if not isinstance(meta.get(key), kind):
+            raise SnapshotMismatchError(f"{path}: snapshot header lacks a valid {key!r}")
+    if meta["nbytes"] < 1:
+        raise SnapshotMismatchError(f"{path}: snapshot header says {meta['nbytes']} bytes")
+    return meta
+
+
+def capture(ctx: Context, seq_id: int, pool: HostBufferPool, tokens: tuple[int, ...],
+            flags: int | None = None) -> KVSnapshot:
+    """Export seq_id's state into a new pool buffer (llama_state_seq_get_data_ext).
+
+    flags=None uses ctx.exact_state_flags, which makes a restore bit-exact.
+    """
+    t0 = time.perf_counter_ns()
+    if flags is None:
+        flags = ctx.exact_state_flags
+    held = ctx.seq_pos_max(seq_id) + 1
+    if held != len(tokens):
+        raise SnapshotMismatchError(
+            f"seq {seq_id} holds {held} positions but the snapshot names {len(tokens)} tokens"
+        )
+    buf = pool.alloc(ctx.state_seq_size(seq_id, flags))
+    try:
+        ctx.state_seq_get(seq_id, buf.view, flags)
+    except BaseException:
+        buf.release()
+        raise
+    ms = (time.perf_counter_ns() - t0) / 1e6
+    return KVSnapshot(buf, tokens, ctx.model.fingerprint, flags, capture_ms=ms)
+
+
+def restore(ctx: Context, seq_id: int, snap: KVSnapshot) -> float:
+    """Load snap into seq_id of ctx (replacing what it held); returns milliseconds taken."""
+    if snap.model_fingerprint != ctx.model.fingerprint:
+        raise SnapshotMismatchError(
+            f"snapshot was taken with model {snap.model_fingerprint[:12]}, "
+            f"context runs {ctx.model.fingerprint[:12]} ({ctx.model.path.name})"
+        )
+    if snap.n_tokens > ctx.n_ctx:
+        raise SnapshotMismatchError(f"snapshot of {snap.n_tokens} tokens exceeds n_ctx={ctx.n_ctx}")
+    t0 = time.perf_counter_ns()
+    ctx.seq_rm(seq_id)
+    ctx.state_seq_set(seq_id, snap.data, snap.flags)
+    held = ctx.seq_pos_max(seq_id) + 1
+    if held != snap.n_tokens:
+        raise SnapshotMismatchError(
+            f"restored seq {seq_id} holds {held} positions, snapshot has {snap.n_tokens} tokens"
+        )
+    return (time.perf_counter_ns() - t0) / 1e6
