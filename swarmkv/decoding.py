@@ -69,12 +69,12 @@ class BranchState:
     pos: int  # next position to decode
     stop: tuple[str, ...] = ()
     on_token: TokenCallback | None = None
-    keep_logits: bool = False
+    keep_logits: bool | str = False  # True: first step's logits; "all": every step's
     tokens: list[int] = field(default_factory=list)
+    step_logits: list[np.ndarray] = field(default_factory=list)
     text_bytes: bytearray = field(default_factory=bytearray)
     stop_reason: str | None = None
     error: BaseException | None = None
-    first_logits: np.ndarray | None = None
     t_start_ns: int = 0
     t_first_ns: int | None = None
     t_end_ns: int | None = None
@@ -94,8 +94,8 @@ class BranchState:
 
     def take(self, ctx: Context, row: int) -> None:
         """Sample from batch row `row`, record the token, and decide whether to stop."""
-        if self.keep_logits and self.first_logits is None:
-            self.first_logits = ctx.logits(row).copy()
+        if self.keep_logits == "all" or (self.keep_logits and not self.step_logits):
+            self.step_logits.append(ctx.logits(row).copy())
         token = self.sampler.sample(ctx, row)
         if self.t_first_ns is None:
             self.t_first_ns = time.perf_counter_ns()

@@ -43,7 +43,7 @@ class Plan:
     pool: HostBufferPool
     policy: ConcurrencyPolicy
     t0_ns: int
-    keep_logits: bool = False
+    keep_logits: bool | str = False
     progress: Callable[[int, int], None] | None = None
     prefill_ns: list[int] = field(default_factory=list)
     snapshot_bytes: int = 0
@@ -91,7 +91,7 @@ def result_of(plan: Plan, b: BranchNode, st: BranchState, t_ready_ns: int, t_dec
         prefix_tokens=plan.prefix_len(b), prompt_tokens=len(st.prompt_tokens),
         activation_ms=ms(first - t_ready_ns), decode_ms=ms(end - t_decode_ns),
         first_token_ms=ms(first - plan.t0_ns), end_ms=ms(end - plan.t0_ns),
-        first_logits=st.first_logits,
+        step_logits=tuple(st.step_logits),
         restore_ms=timings.get("restore_ms"), fork_copy_ms=timings.get("fork_copy_ms"),
         prefill_ms=timings.get("prefill_ms"),
     )

@@ -299,15 +299,18 @@ class ContextConfig:
                 f"n_ctx={self.n_ctx} exceeds what {model.path.name} supports "
                 f"(n_ctx_train={model.n_ctx_train})"
             )
-        if not 1 <= self.n_batch <= self.n_ctx:
-            raise ConfigError(f"n_batch must be in [1, n_ctx={self.n_ctx}], got {self.n_batch}")
+        if self.n_batch < 1:
+            raise ConfigError(f"n_batch must be >= 1, got {self.n_batch}")
         if self.n_ubatch is not None and not 1 <= self.n_ubatch <= self.n_batch:
             raise ConfigError(f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}")
         if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
             raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
-        if self.n_seq_max > self.n_batch:
+        if self.n_seq_max > self.effective_n_batch:
             # llama.cpp reserves n_batch output rows and GGML_ASSERTs past them
-            raise ConfigError(f"n_seq_max={self.n_seq_max} exceeds n_batch={self.n_batch}")
+            raise ConfigError(
+                f"n_seq_max={self.n_seq_max} exceeds n_batch={self.effective_n_batch}"
+            )
+
         for name in ("n_threads", "n_threads_batch"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -318,6 +321,11 @@ class ContextConfig:
             if getattr(self, name) not in _KV_TYPES:
                 raise ConfigError(f"{name} must be one of {sorted(_KV_TYPES)}")
 
+    @property
+    def effective_n_batch(self) -> int:
+        """llama.cpp clamps n_batch to n_ctx; so do we, so the numbers we check are real."""
+        return min(self.n_batch, self.n_ctx)
+
     def resolved_swa_full(self, model: Model) -> bool:
         return model.n_swa > 0 if self.swa_full is None else self.swa_full
 
@@ -325,8 +333,8 @@ class ContextConfig:
         params = lib.llama_context_default_params()
         threads = self.n_threads or default_threads()
         params.n_ctx = self.n_ctx
-        params.n_batch = self.n_batch
-        params.n_ubatch = self.n_ubatch or self.n_batch
+        params.n_batch = self.effective_n_batch
+        params.n_ubatch = min(self.n_ubatch or self.n_batch, self.effective_n_batch)
         params.n_seq_max = self.n_seq_max
         params.n_threads = threads
         params.n_threads_batch = self.n_threads_batch or threads
@@ -529,7 +537,8 @@ class Context:
         if n != len(src):
             raise SnapshotMismatchError(
                 f"llama_state_seq_set_data_ext(seq={seq_id}): consumed {n} of {len(src)} bytes "
-                "(snapshot from another model, other context settings, or corrupt)"
+                "(no free cells for it, or a snapshot of another model, other context "
+                "settings, or corrupt: see the swarmkv.llama log)"
             )
         return n
 

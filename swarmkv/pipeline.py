@@ -43,7 +43,7 @@ class RunOptions:
     mode: str = "fork"
     timeout_s: float | None = None
     raise_on_failure: bool = True
-    keep_logits: bool = False
+    keep_logits: bool | str = False
 
 
 class Pipeline:
@@ -131,10 +131,14 @@ class Pipeline:
 
     # -- running ----------------------------------------------------------------------------
     def run(self, mode: str = "fork", *, timeout_s: float | None = None,
-            raise_on_failure: bool = True, keep_logits: bool = False,
+            raise_on_failure: bool = True, keep_logits: bool | str = False,
             progress: Callable[[int, int], None] | None = None,
             cancel: threading.Event | None = None) -> PipelineResult:
-        """Run every node; returns per-branch results and pipeline timings (milliseconds)."""
+        """Run every node; returns per-branch results and pipeline timings (milliseconds).
+
+        keep_logits=True keeps each branch's first-step logits, "all" every step's (for
+        fidelity checks; 4 bytes x n_vocab each).
+        """
         opts = RunOptions(mode, timeout_s, raise_on_failure, keep_logits)
         t0 = time.perf_counter_ns()
         plan = self._plan(opts, t0, progress)

@@ -30,7 +30,11 @@ class BranchResult:
     decode_ms: float  # prompt + generation
     first_token_ms: float  # from pipeline start to its first generated token
     end_ms: float  # from pipeline start to its last token
-    first_logits: np.ndarray | None = field(default=None, compare=False, repr=False)
+    step_logits: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def first_logits(self) -> np.ndarray | None:
+        return self.step_logits[0] if self.step_logits else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -97,7 +97,7 @@ def test_context_larger_than_memory_is_refused_before_allocating(
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"n_ctx": 256, "n_batch": 512}, "n_batch"),
+        ({"n_ctx": 256, "n_batch": 0}, "n_batch"),
         ({"n_ctx": 0}, "n_ctx"),
         ({**SMALL, "n_seq_max": 0}, "n_seq_max"),
         ({**SMALL, "n_seq_max": 257}, "n_seq_max"),

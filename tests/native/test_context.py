@@ -179,3 +179,8 @@ def test_perf_counts_a_decode_whose_logits_were_not_read(
     ctx2.perf_reset()
     prefill(ctx2, prompt_tokens[:40], seq_id=0, logits_last=False)
     assert ctx2.perf().n_p_eval == 40
+
+
+def test_n_batch_is_clamped_to_n_ctx_like_llama_cpp(tiny_model: Model) -> None:
+    with Context(tiny_model, n_ctx=256, n_batch=512, n_threads=1) as ctx:
+        assert ctx.n_batch == 256

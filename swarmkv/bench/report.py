@@ -1,0 +1,283 @@
+"""report.md: what was run, on what, the medians and spread, speedups, targets, limitations.
+
+A result is only quoted with the command that produced it, so the command leads the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .metrics import ModeSummary, Speedup, Stat
+from .records import TrialRecord
+
+log = logging.getLogger("swarmkv.bench")
+
+OPS = (">=", "<=")
+MIB = 1024 * 1024
+# Setup rows every report shows, in this order (missing ones read "not recorded").
+SETUP_ROWS = (
+    ("model", "Model"),
+    ("llama_cpp_commit", "llama.cpp commit"),
+    ("swarmkv_commit", "SwarmKV commit"),
+    ("threads", "Threads"),
+    ("cpu", "CPU"),
+    ("gpu", "GPU"),
+    ("kv_dtype", "KV dtype"),
+    ("swa_full", "swa_full"),
+    ("flash_attn", "flash_attn"),
+    ("n_ctx", "n_ctx"),
+    ("n_batch", "n_batch"),
+    ("trials", "Trials per mode"),
+    ("warmup", "Warm-up trials"),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal read off the measurements: `value op threshold` (e.g. speedup >= 1.5)."""
+
+    name: str
+    value: float | None  # None: not measured in this run, which never counts as a pass
+    threshold: float
+    op: str  # ">=" or "<="
+    unit: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"Target op must be one of {OPS}, got {self.op!r}")
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None or not math.isfinite(self.value):
+            return False
+        return self.value >= self.threshold if self.op == ">=" else self.value <= self.threshold
+
+    @property
+    def status(self) -> str:
+        if self.value is None or not math.isfinite(self.value):
+            return "NOT MEASURED"
+        return "PASS" if self.passed else "FAIL"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"passed": self.passed, "status": self.status}
+
+
+def write_report(
+    path: str | Path,
+    setup: dict[str, Any],
+    summaries: dict[tuple[str, str], ModeSummary],
+    speedups: Sequence[Speedup],
+    records: Sequence[TrialRecord],
+    targets: Sequence[Target],
+    limitations: Sequence[str],
+    plots: Sequence[Path],
+    command: str,
+) -> Path:
+    """Render report.md; plots are linked relative to the report's folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    parts = [
+        "# SwarmKV benchmark report",
+        "",
+        "Produced by:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        *_fidelity_section(records),
+        *_setup_section(setup),
+        *_results_section(summaries),
+        *_speedup_section(speedups),
+        *_targets_section(targets),
+        *_plots_section(plots, path.parent),
+        "## Limitations",
+        "",
+        *([f"- {item}" for item in limitations] or ["- none stated"]),
+        "",
+    ]
+    path.write_text("\n".join(parts), encoding="utf-8")
+    log.info("wrote %s", path)
+    return path
+
+
+def _fidelity_section(records: Sequence[TrialRecord]) -> list[str]:
+    bad = [r for r in records if r.fidelity_ok is False]
+    ties = [r for r in records if r.extra.get("fidelity_near_ties", 0) > 0]
+    checked = sum(r.fidelity_ok is not None for r in records)
+    if not bad:
+        lines = [f"Fidelity: token ids equal to the baseline's in all {checked} checked trials."]
+        lines += [
+            f"- near-tie divergence (allowed, see measuring.md): {_where(r)}: {r.fidelity_detail}"
+            for r in ties
+        ]
+        return [*lines, ""]
+    lines = [
+        "## FIDELITY MISMATCH",
+        "",
+        f"**{len(bad)} of {checked} checked trials produced tokens different from the "
+        "baseline's, and not as a near-tie. This is a bug; do not quote these "
+        "speedups until it is fixed.**",
+        "",
+    ]
+    lines += [f"- **{_where(r)}**: {r.fidelity_detail}" for r in bad]
+    return [*lines, ""]
+
+
+def _where(r: TrialRecord) -> str:
+    return f"{r.config_id} / {r.mode} / trial {r.trial}{' (warm-up)' if r.is_warmup else ''}"
+
+
+def _setup_section(setup: dict[str, Any]) -> list[str]:
+    known = {key for key, _ in SETUP_ROWS}
+    rows = [(label, setup.get(key, "not recorded")) for key, label in SETUP_ROWS]
+    rows += [(key, value) for key, value in setup.items() if key not in known]
+    return [
+        "## Setup",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {label} | {_esc(value)} |" for label, value in rows],
+        "",
+    ]
+
+
+def _results_section(summaries: dict[tuple[str, str], ModeSummary]) -> list[str]:
+    lines = [
+        "## Results",
+        "",
+        "Medians over the measured trials (warm-up excluded), [min–max] and IQR as the "
+        "spread; milliseconds. `branch_activation_ms[1]` is the seed paper's branch 2 "
+        "activation latency. Best e2e is the fastest single trial, an extra only.",
+        "",
+    ]
+    for config_id in dict.fromkeys(c for c, _ in summaries):
+        group = [s for (c, _), s in summaries.items() if c == config_id]
+        first = group[0]
+        lines += [
+            f"### {config_id}: N={first.n_branches} branches, "
+            f"{first.doc_tokens} document tokens, n_predict={first.n_predict}",
+            "",
+            "| mode | trials | e2e_ms median [min–max] | e2e IQR | best e2e | prefill_ms "
+            "| branch_activation_ms[1] | restore_ms | tokens_per_s | peak RSS (MiB) "
+            "| fidelity |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+        ]
+        lines += [_summary_row(s) for s in group]
+        lines.append("")
+    return lines
+
+
+def _summary_row(s: ModeSummary) -> str:
+    act = s.branch_activation_ms[1] if len(s.branch_activation_ms) > 1 else None
+    e2e = s.e2e_ms
+    cells = [
+        s.mode,
+        str(s.n_trials),
+        _spread(e2e),
+        _ms(e2e.iqr if e2e else None),
+        _ms(e2e.min if e2e else None),
+        _ms(_med(s.prefill_ms)),
+        _spread(act),
+        _ms(_med(s.restore_all_ms)),
+        _num(_med(s.tokens_per_s)),
+        _num(s.peak_rss_bytes.median / MIB if s.peak_rss_bytes else None),
+        _fidelity_cell(s),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _fidelity_cell(s: ModeSummary) -> str:
+    if s.fidelity_checked == 0:
+        return "reference / not checked"
+    if s.fidelity_failed:
+        return f"**MISMATCH {s.fidelity_failed}/{s.fidelity_checked}**"
+    return f"ok {s.fidelity_ok}/{s.fidelity_checked}"
+
+
+def _speedup_section(speedups: Sequence[Speedup]) -> list[str]:
+    if not speedups:
+        return ["## Speedups", "", "No reference mode was run, so no speedups.", ""]
+    lines = [
+        "## Speedups",
+        "",
+        "Ratios of medians: reference / mode (above 1 means the mode is faster). "
+        "`redundant_prefill_eliminated_ms` is the reference's prefill work (one per "
+        "branch) minus the mode's.",
+        "",
+        "| config | mode | vs | speedup_e2e | speedup_activation[1] "
+        "| speedup_activation min–max | redundant_prefill_eliminated_ms |",
+        "|---|---|---|--:|--:|--:|--:|",
+    ]
+    for sp in speedups:
+        acts = [a for a in sp.speedup_activation if a is not None]
+        span = f"{min(acts):.2f}–{max(acts):.2f}" if acts else "–"
+        lines.append(
+            f"| {sp.config_id} | {sp.mode} | {sp.baseline_mode} | "
+            f"{_x(sp.speedup_e2e)} | {_x(sp.activation_at(1))} | {span} | "
+            f"{_ms(sp.redundant_prefill_eliminated_ms)} |"
+        )
+    return [*lines, ""]
+
+
+def _targets_section(targets: Sequence[Target]) -> list[str]:
+    if not targets:
+        return ["## Targets", "", "No targets were given for this run.", ""]
+    lines = [
+        "## Targets",
+        "",
+        "| target | measured | required | result | note |",
+        "|---|--:|---|---|---|",
+    ]
+    for t in targets:
+        value = "not measured" if t.status == "NOT MEASURED" else f"{_num(t.value)} {t.unit}"
+        result = t.status if t.passed else f"**{t.status}**"
+        lines.append(
+            f"| {_esc(t.name)} | {value.strip()} | {t.op} {_num(t.threshold)} {t.unit} "
+            f"| {result} | {_esc(t.note)} |"
+        )
+    failed = sum(not t.passed for t in targets)
+    return [*lines, "", f"{len(targets) - failed} of {len(targets)} targets met.", ""]
+
+
+def _plots_section(plots: Sequence[Path], base: Path) -> list[str]:
+    if not plots:
+        return []
+    lines = ["## Plots", ""]
+    for p in plots:
+        rel = Path(os.path.relpath(Path(p).resolve(), base.resolve())).as_posix()
+        lines += [f"![{Path(p).stem}]({rel})", ""]
+    return lines
+
+
+def _med(stat: Stat | None) -> float | None:
+    return stat.median if stat is not None else None
+
+
+def _spread(stat: Stat | None) -> str:
+    return "–" if stat is None else f"{stat.median:.1f} [{stat.min:.1f}–{stat.max:.1f}]"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def _x(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def _esc(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,354 @@
+"""Pipelines described in TOML: load and validate a spec (pure Python), then build a Pipeline.
+
+    [settings]                  # all optional; `swarmkv run` flags override these
+    mode = "host"               # host | fork | baseline (default fork)
+    model = "model.gguf"        # relative to this file's folder (default: the default model)
+    ctx_size = 4096             # default: sized from the document and branches
+    threads = 2
+    n_batch = 512
+    n_predict = 64              # defaults for every branch that does not set its own
+    temperature = 0.0
+    seed = 0
+
+    [document]
+    name = "doc"                # optional, default "doc"
+    path = "doc.txt"            # relative to this file's folder; or text = "..." (one of them)
+
+    [[branch]]
+    name = "summary"
+    prompt = "\\nSummary:"
+    n_predict = 64              # optional; every key below is optional
+    after = ["doc"]             # the document and/or other branches; prompt may use {name}
+    required_prefix_tokens = 512   # watermark: start once this many doc tokens are decoded
+    temperature = 0.0
+    top_k = 40
+    top_p = 0.95
+    min_p = 0.05
+    seed = 0
+    stop = ["\\n\\n"]
+
+A branch's own value wins over [settings] (and over the command line). Everything, the
+document file included, is checked by load_pipeline_spec without loading a model, so a typo
+fails in milliseconds instead of after the model load.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .batch import SamplerConfig
+from .dag import Dag
+from .errors import ConfigError, DagError
+from .handoff import MODES
+from .nodes import BranchNode, PrefillNode
+
+if TYPE_CHECKING:
+    from .llama import Model
+    from .pipeline import Pipeline
+
+__all__ = [
+    "BranchSpec",
+    "DocumentSpec",
+    "PipelineSpec",
+    "Settings",
+    "build_pipeline",
+    "check_spec",
+    "load_pipeline_spec",
+    "parse_pipeline_spec",
+]
+
+DEFAULT_MODE = "fork"
+DEFAULT_N_PREDICT = 64
+
+
+# -- the spec -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Settings:
+    """Pipeline-wide settings; None means "not given here" so layers can be merged."""
+
+    mode: str | None = None
+    model: Path | None = None
+    ctx_size: int | None = None
+    threads: int | None = None
+    n_batch: int | None = None
+    n_predict: int | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+    def merged(self, over: Settings) -> Settings:
+        """These settings with every value `over` gives replacing ours."""
+        given = {f.name: getattr(over, f.name) for f in fields(over)}
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class DocumentSpec:
+    name: str = "doc"
+    text: str | None = None
+    path: Path | None = None
+
+    def node(self) -> PrefillNode:
+        """The validated prefill node; a file that cannot be read is a ConfigError too."""
+        try:
+            return PrefillNode.from_source(self.name, text=self.text, path=self.path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"document {self.name!r}: cannot read {self.path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class BranchSpec:
+    name: str
+    prompt: str
+    after: tuple[str, ...] = ()
+    n_predict: int | None = None
+    required_prefix_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    document: DocumentSpec
+    branches: tuple[BranchSpec, ...]
+    settings: Settings = Settings()
+    source: Path | None = None  # the TOML file, for messages
+
+    @property
+    def mode(self) -> str:
+        return self.settings.mode or DEFAULT_MODE
+
+    def with_settings(self, over: Settings) -> PipelineSpec:
+        return replace(self, settings=self.settings.merged(over))
+
+    def branch_kwargs(self, b: BranchSpec) -> dict[str, Any]:
+        """Pipeline.branch() keyword arguments: the branch's values, else [settings]'."""
+        s = self.settings
+        return {
+            "prompt": b.prompt, "after": b.after or None,
+            "n_predict": _first(b.n_predict, s.n_predict, DEFAULT_N_PREDICT),
+            "temperature": _first(b.temperature, s.temperature, 0.0),
+            "top_k": b.top_k, "top_p": b.top_p, "min_p": b.min_p,
+            "seed": _first(b.seed, s.seed, 0), "stop": b.stop,
+            "required_prefix_tokens": b.required_prefix_tokens,
+        }
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+# -- key and type checking ------------------------------------------------------------------
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # TOML's true is not a count
+
+
+def _is_float(v: object) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _is_str_list(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# key -> (check, description for the message)
+_Kind = tuple[Callable[[object], bool], str]
+_STR: _Kind = (lambda v: isinstance(v, str), "a string")
+_INT: _Kind = (_is_int, "an integer")
+_FLOAT: _Kind = (_is_float, "a number")
+_STRS: _Kind = (_is_str_list, "a list of strings")
+_STR_OR_STRS: _Kind = (lambda v: isinstance(v, str) or _is_str_list(v), "a string or strings")
+
+_SETTINGS_KEYS: dict[str, _Kind] = {
+    "mode": _STR, "model": _STR, "ctx_size": _INT, "threads": _INT, "n_batch": _INT,
+    "n_predict": _INT, "temperature": _FLOAT, "seed": _INT,
+}
+_DOCUMENT_KEYS: dict[str, _Kind] = {"name": _STR, "path": _STR, "text": _STR}
+_BRANCH_KEYS: dict[str, _Kind] = {
+    "name": _STR, "prompt": _STR, "after": _STR_OR_STRS, "n_predict": _INT,
+    "required_prefix_tokens": _INT, "temperature": _FLOAT, "top_k": _INT, "top_p": _FLOAT,
+    "min_p": _FLOAT, "seed": _INT, "stop": _STRS,
+}
+_TOP_KEYS = ("settings", "document", "branch")
+
+
+def _unknown(where: str, key: str, known: list[str] | tuple[str, ...]) -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+    return ConfigError(f"{where}: unknown key {key!r}{hint}")
+
+
+def _checked(table: Mapping[str, Any], where: str, kinds: dict[str, _Kind]) -> dict[str, Any]:
+    """The table's entries after checking every key is known and every value's type."""
+    for key, value in table.items():
+        if key not in kinds:
+            raise _unknown(where, key, list(kinds))
+        check, what = kinds[key]
+        if not check(value):
+            raise ConfigError(f"{where}: {key!r} must be {what}, got {type(value).__name__} "
+                              f"{value!r}")
+    return dict(table)
+
+
+def _table(data: Mapping[str, Any], key: str, label: str) -> Mapping[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{label}[{key}] must be a table, got {type(value).__name__}")
+    return value
+
+
+# -- sections -------------------------------------------------------------------------------
+def _positive(where: str, values: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        if key in values and values[key] < 1:
+            raise ConfigError(f"{where}: {key!r} must be >= 1, got {values[key]}")
+
+
+def _settings(data: Mapping[str, Any], base_dir: Path, label: str) -> Settings:
+    where = f"{label}[settings]"
+    values = _checked(_table(data, "settings", label), where, _SETTINGS_KEYS)
+    _positive(where, values, "ctx_size", "threads", "n_batch", "n_predict")
+    if "mode" in values and values["mode"] not in MODES:
+        raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, "
+                          f"got {values['mode']!r}")
+    if "model" in values:
+        values["model"] = base_dir / Path(values["model"]).expanduser()
+    if "temperature" in values:
+        values["temperature"] = float(values["temperature"])
+    return Settings(**values)
+
+
+def _document(data: Mapping[str, Any], base_dir: Path, label: str) -> DocumentSpec:
+    if "document" not in data:
+        raise ConfigError(f"{label}no [document] table: give one with path = or text =")
+    where = f"{label}[document]"
+    values = _checked(_table(data, "document", label), where, _DOCUMENT_KEYS)
+    if ("path" in values) == ("text" in values):
+        raise ConfigError(f"{where}: give exactly one of 'path' or 'text'")
+    if "path" in values:
+        values["path"] = base_dir / Path(values["path"]).expanduser()
+    return DocumentSpec(**values)
+
+
+def _branch(index: int, entry: object, label: str) -> BranchSpec:
+    where = f"{label}branch[{index}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table ([[branch]]), got {type(entry).__name__}")
+    if isinstance(entry.get("name"), str):
+        where += f" {entry['name']!r}"
+    values = _checked(entry, where, _BRANCH_KEYS)
+    for key in ("name", "prompt"):
+        if key not in values:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+    if isinstance(values.get("after"), str):
+        values["after"] = [values["after"]]
+    for key in ("after", "stop"):
+        if key in values:
+            values[key] = tuple(values[key])
+    for key in ("temperature", "top_p", "min_p"):
+        if key in values:
+            values[key] = float(values[key])
+    return BranchSpec(**values)
+
+
+def _branches(data: Mapping[str, Any], label: str) -> tuple[BranchSpec, ...]:
+    entries = data.get("branch", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{label}'branch' must be an array of tables ([[branch]])")
+    if not entries:
+        raise ConfigError(f"{label}no [[branch]] entries: give at least one")
+    # 1-based, as a person counts the [[branch]] blocks in the file
+    return tuple(_branch(i, e, label) for i, e in enumerate(entries, start=1))
+
+
+# -- loading and validation -----------------------------------------------------------------
+def parse_pipeline_spec(data: Mapping[str, Any], base_dir: str | Path = ".",
+                        source: Path | None = None) -> PipelineSpec:
+    """A spec from already-parsed TOML; relative paths are taken from base_dir."""
+    label = f"{source}: " if source is not None else ""
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise _unknown(f"{label}top level", key, _TOP_KEYS)
+    base = Path(base_dir)
+    spec = PipelineSpec(document=_document(data, base, label), branches=_branches(data, label),
+                        settings=_settings(data, base, label), source=source)
+    check_spec(spec)
+    return spec
+
+
+def load_pipeline_spec(path: str | Path) -> PipelineSpec:
+    """Read and fully validate a pipeline TOML file; loads no model, does no native work."""
+    p = Path(path).expanduser()
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read pipeline file {p}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+    return parse_pipeline_spec(data, p.resolve().parent, source=p)
+
+
+def check_spec(spec: PipelineSpec) -> None:
+    """Everything Pipeline.run would reject before decoding, checked without a model.
+
+    Run again after merging command-line settings: they can change n_predict or the mode.
+    """
+    label = f"{spec.source}: " if spec.source is not None else ""
+    if spec.mode not in MODES:
+        raise ConfigError(f"{label}unknown mode {spec.mode!r}; choose one of {', '.join(MODES)}")
+    doc = spec.document.node()
+    shape = Dag()
+    shape.add(doc.name, lambda n: None)
+    names = [b.name for b in spec.branches]
+    for b in spec.branches:
+        if b.name == doc.name or names.count(b.name) > 1:
+            raise ConfigError(f"{label}duplicate node name {b.name!r}")
+        kw = spec.branch_kwargs(b)
+        sampler = SamplerConfig(kw["temperature"], b.top_k, b.top_p, b.min_p, kw["seed"])
+        node = BranchNode(b.name, b.prompt, b.after, kw["n_predict"], sampler, b.stop,
+                          b.required_prefix_tokens)
+        node.validate()
+        for ph in node.placeholders():
+            if ph not in b.after or ph not in names:
+                raise ConfigError(f"{label}branch {b.name!r}: prompt uses {{{ph}}}; it must "
+                                  "name an upstream branch listed in after")
+        shape.add(b.name, lambda n: None, after=b.after or (doc.name,))
+    try:
+        shape.order()  # unknown names in after, self-edges and cycles, as the Pipeline checks
+    except DagError as exc:
+        raise ConfigError(f"{label}{exc}") from exc
+
+
+# -- building -------------------------------------------------------------------------------
+def build_pipeline(spec: PipelineSpec, model_path_override: Model | str | Path | None = None
+                   ) -> Pipeline:
+    """A Pipeline with the spec's document and branches; this loads the model.
+
+    The spec is checked again first, so a spec built or merged in code fails before the load.
+    model_path_override (a path or an open Model) wins over [settings] model.
+    """
+    from .pipeline import Pipeline  # the native-backed part, only when a pipeline is built
+
+    check_spec(spec)
+    s = spec.settings
+    model = model_path_override if model_path_override is not None else s.model
+    batch = {"n_batch": s.n_batch} if s.n_batch is not None else {}  # else Pipeline's default
+    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, **batch)
+    try:
+        pipe.prefill(spec.document.name, text=spec.document.node().text)
+        for b in spec.branches:
+            pipe.branch(b.name, **spec.branch_kwargs(b))
+    except BaseException:
+        pipe.close()  # the model was loaded for this pipeline; do not leak it
+        raise
+    return pipe
