@@ -95,8 +95,9 @@ class Batch:
         else:
             span[1] = pos
 
-    def add_sequence(self, tokens: Iterable[int], pos0: int, seq_id: int,
-                     logits_last: bool = True) -> int:
+    def add_sequence(
+        self, tokens: Iterable[int], pos0: int, seq_id: int, logits_last: bool = True
+    ) -> int:
         """Append tokens at positions pos0, pos0+1, ... of one sequence; returns the last row."""
         toks = list(tokens)
         if not toks:

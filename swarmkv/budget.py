@@ -30,8 +30,15 @@ def round_ctx(n: int) -> int:
     return -(-n // CTX_ROUND) * CTX_ROUND
 
 
-def plan_budget(prefix_tokens: int, branches: Sequence[BranchNeed], *, mode: str,
-                n_ctx: int | None, n_ctx_train: int, headroom: int = DEFAULT_HEADROOM) -> int:
+def plan_budget(
+    prefix_tokens: int,
+    branches: Sequence[BranchNeed],
+    *,
+    mode: str,
+    n_ctx: int | None,
+    n_ctx_train: int,
+    headroom: int = DEFAULT_HEADROOM,
+) -> int:
     """n_ctx of the contexts branches run in, or ContextBudgetError naming every number.
 
     host/baseline: each branch has its own context: prefix + prompt + n_predict + headroom.
@@ -46,17 +53,39 @@ def plan_budget(prefix_tokens: int, branches: Sequence[BranchNeed], *, mode: str
     need = shared if mode == "fork" else per_branch
     limit = n_ctx if n_ctx is not None else n_ctx_train
     if need > limit:
-        raise ContextBudgetError(_explain(mode, prefix_tokens, branches, longest, headroom, need,
-                                          limit, "n_ctx" if n_ctx is not None else "n_ctx_train"))
+        raise ContextBudgetError(
+            _explain(
+                mode,
+                prefix_tokens,
+                branches,
+                longest,
+                headroom,
+                need,
+                limit,
+                "n_ctx" if n_ctx is not None else "n_ctx_train",
+            )
+        )
     return n_ctx if n_ctx is not None else min(round_ctx(need), n_ctx_train)
 
 
-def _explain(mode: str, prefix: int, branches: Sequence[BranchNeed], longest: BranchNeed,
-             headroom: int, need: int, limit: int, limit_name: str) -> str:
+def _explain(
+    mode: str,
+    prefix: int,
+    branches: Sequence[BranchNeed],
+    longest: BranchNeed,
+    headroom: int,
+    need: int,
+    limit: int,
+    limit_name: str,
+) -> str:
     if mode == "fork":
         parts = " + ".join(f"{b.name}:{b.prompt_tokens}+{b.n_predict}" for b in branches)
-        return (f"fork mode needs prefix {prefix} + branches ({parts}) + headroom {headroom} "
-                f"= {need} tokens > {limit_name}={limit}")
-    return (f"branch {longest.name!r} needs prefix {longest.prefix_tokens} + prompt "
-            f"{longest.prompt_tokens} + n_predict {longest.n_predict} + headroom {headroom} "
-            f"= {need} tokens > {limit_name}={limit}")
+        return (
+            f"fork mode needs prefix {prefix} + branches ({parts}) + headroom {headroom} "
+            f"= {need} tokens > {limit_name}={limit}"
+        )
+    return (
+        f"branch {longest.name!r} needs prefix {longest.prefix_tokens} + prompt "
+        f"{longest.prompt_tokens} + n_predict {longest.n_predict} + headroom {headroom} "
+        f"= {need} tokens > {limit_name}={limit}"
+    )

@@ -16,6 +16,7 @@ continues at the next position. Finished branches free their cells with seq_rm.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,15 +38,20 @@ def chunk_bounds(n_tokens: int, n_batch: int, cuts: Sequence[int] = ()) -> list[
     if n_batch < 1:
         raise ConfigError(f"n_batch must be >= 1, got {n_batch}")
     edges = sorted({0, n_tokens, *(c for c in cuts if 0 < c < n_tokens)})
-    bounds = []
-    for lo, hi in zip(edges, edges[1:], strict=False):
+    bounds: list[tuple[int, int]] = []
+    for lo, hi in itertools.pairwise(edges):
         bounds.extend((s, min(s + n_batch, hi)) for s in range(lo, hi, n_batch))
     return bounds
 
 
-def prefill_chunks(ctx: Context, tokens: Sequence[int], seq_id: int,
-                   bounds: Sequence[tuple[int, int]], batch: Batch,
-                   on_chunk: Callable[[int], None] | None = None) -> None:
+def prefill_chunks(
+    ctx: Context,
+    tokens: Sequence[int],
+    seq_id: int,
+    bounds: Sequence[tuple[int, int]],
+    batch: Batch,
+    on_chunk: Callable[[int], None] | None = None,
+) -> None:
     """Decode tokens[lo:hi] for each bound at absolute positions lo..hi-1, without logits."""
     for lo, hi in bounds:
         batch.clear()
@@ -116,11 +122,32 @@ class BranchState:
         self.error = exc
 
 
-def new_state(model: Model, name: str, seq_id: int, prompt_tokens: list[int], prefix_len: int,
-              n_predict: int, sampler: SamplerConfig, **kw: object) -> BranchState:
-    state = BranchState(name=name, seq_id=seq_id, prompt_tokens=prompt_tokens,
-                        n_predict=n_predict, sampler=Sampler(sampler), model=model,
-                        pos=prefix_len, **kw)  # type: ignore[arg-type]
+def new_state(
+    model: Model,
+    name: str,
+    seq_id: int,
+    prompt_tokens: list[int],
+    prefix_len: int,
+    n_predict: int,
+    sampler: SamplerConfig,
+    *,
+    stop: tuple[str, ...] = (),
+    on_token: TokenCallback | None = None,
+    keep_logits: bool | str = False,
+) -> BranchState:
+    """A branch about to decode its prompt at positions prefix_len, prefix_len+1, ..."""
+    state = BranchState(
+        name=name,
+        seq_id=seq_id,
+        prompt_tokens=prompt_tokens,
+        n_predict=n_predict,
+        sampler=Sampler(sampler),
+        model=model,
+        pos=prefix_len,
+        stop=stop,
+        on_token=on_token,
+        keep_logits=keep_logits,
+    )
     state.t_start_ns = time.perf_counter_ns()
     return state
 
@@ -129,24 +156,31 @@ def _take_safely(ctx: Context, state: BranchState, row: int) -> None:
     # One branch's failure (a raising callback, say) must not take the others down.
     try:
         state.take(ctx, row)
-    except Exception as exc:  # noqa: BLE001 - recorded on the branch, reported per node
+    except Exception as exc:
         state.fail(exc)
     if state.done:
         state.t_end_ns = time.perf_counter_ns()
 
 
-def decode_prompts(ctx: Context, states: Sequence[BranchState], batch: Batch) -> None:
+def decode_prompts(
+    ctx: Context, states: Sequence[BranchState], batch: Batch, packing: str = "batched"
+) -> None:
     """Decode every branch's prompt, packed into as few batches as n_batch allows.
 
     Logits are requested only at each prompt's last token; that row is sampled right after
     the decode that holds it, before the next decode overwrites the logits.
+    packing="per_branch" decodes each branch's prompt on its own (the baseline's shapes).
     """
+    if packing == "per_branch" and len(states) > 1:
+        for state in states:
+            decode_prompts(ctx, [state], batch)
+        return
     rows = [(s, k) for s in states for k in range(len(s.prompt_tokens))]
     cap = min(batch.capacity, ctx.n_batch)
     for lo in range(0, len(rows), cap):
         batch.clear()
         last_rows = []
-        for state, k in rows[lo:lo + cap]:
+        for state, k in rows[lo : lo + cap]:
             is_last = k == len(state.prompt_tokens) - 1
             row = batch.add(state.prompt_tokens[k], state.pos, (state.seq_id,), is_last)
             state.pos += 1
@@ -157,22 +191,36 @@ def decode_prompts(ctx: Context, states: Sequence[BranchState], batch: Batch) ->
             _take_safely(ctx, state, row)
 
 
-def generation_loop(ctx: Context, states: Sequence[BranchState], batch: Batch,
-                    check_cancelled: Callable[[], None] | None = None,
-                    free_finished: bool = True) -> None:
-    """One llama_decode per step for all live branches; each samples from its own row."""
+def generation_loop(
+    ctx: Context,
+    states: Sequence[BranchState],
+    batch: Batch,
+    check_cancelled: Callable[[], None] | None = None,
+    packing: str = "batched",
+) -> None:
+    """Generate until every branch stops; finished branches free their cells (seq_rm).
+
+    packing="batched": one llama_decode per step for all live branches, each sampling from
+    its own row (fastest). "per_branch": one decode per branch per step, which keeps every
+    matrix shape equal to a lone branch's, so logits are bit-identical to the baseline's
+    (with per-sequence KV streams; see handoff.ForkOptions).
+    """
     live = [s for s in states if not s.done]
     while live:
         if check_cancelled is not None:
             check_cancelled()
-        batch.clear()
-        rows = [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in live]
-        ctx.decode(batch)
-        for state, row in rows:
-            state.pos += 1
-            _take_safely(ctx, state, row)
-        if free_finished:
-            for state in live:
-                if state.done:
-                    ctx.seq_rm(state.seq_id)
+        for group in [live] if packing == "batched" else [[s] for s in live]:
+            _step(ctx, group, batch)
+        for state in live:
+            if state.done:
+                ctx.seq_rm(state.seq_id)
         live = [s for s in live if not s.done]
+
+
+def _step(ctx: Context, group: Sequence[BranchState], batch: Batch) -> None:
+    batch.clear()
+    rows = [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in group]
+    ctx.decode(batch)
+    for state, row in rows:
+        state.pos += 1
+        _take_safely(ctx, state, row)

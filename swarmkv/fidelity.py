@@ -39,8 +39,12 @@ class Fidelity:
     @property
     def near_tie(self) -> bool:
         """A divergence the numerics explain: the gap was smaller than the logit noise."""
-        return (self.diverged_at is not None and self.margin is not None
-                and self.max_abs_diff is not None and self.margin < self.max_abs_diff)
+        return (
+            self.diverged_at is not None
+            and self.margin is not None
+            and self.max_abs_diff is not None
+            and self.margin < self.max_abs_diff
+        )
 
     @property
     def ok(self) -> bool:
@@ -48,15 +52,24 @@ class Fidelity:
 
     def describe(self) -> str:
         if self.tokens_equal:
-            return f"{self.n_compared} tokens equal, first-step NMSE {self.first_nmse:.3g}"
-        return (f"diverged at step {self.diverged_at}: baseline top-2 margin {self.margin:.4g} "
-                f"vs max |logit diff| {self.max_abs_diff:.4g} "
-                f"({'near-tie' if self.near_tie else 'NOT a near-tie: bug'}) {self.note}")
+            return f"{self.n_compared} tokens equal, first-step NMSE {_num(self.first_nmse)}"
+        verdict = "near-tie" if self.near_tie else "NOT a near-tie: bug"
+        return (
+            f"diverged at step {self.diverged_at}: baseline top-2 margin {_num(self.margin)} "
+            f"vs max |logit diff| {_num(self.max_abs_diff)} ({verdict}) {self.note}"
+        ).rstrip()
 
 
-def compare(tokens: Sequence[int], base_tokens: Sequence[int],
-            logits: Sequence[np.ndarray] | None = None,
-            base_logits: Sequence[np.ndarray] | None = None) -> Fidelity:
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def compare(
+    tokens: Sequence[int],
+    base_tokens: Sequence[int],
+    logits: Sequence[np.ndarray] | None = None,
+    base_logits: Sequence[np.ndarray] | None = None,
+) -> Fidelity:
     """Token equality; at a divergence, the near-tie test (needs both runs' step logits)."""
     n = min(len(tokens), len(base_tokens))
     first = nmse(logits[0], base_logits[0]) if logits and base_logits else None
@@ -67,5 +80,11 @@ def compare(tokens: Sequence[int], base_tokens: Sequence[int],
         k = n
     if logits is None or base_logits is None or k >= min(len(logits), len(base_logits)):
         return Fidelity(False, n, first, k, note="no step logits to judge the divergence")
-    return Fidelity(False, n, first, k, top2_margin(base_logits[k]),
-                    float(np.abs(np.asarray(logits[k]) - np.asarray(base_logits[k])).max()))
+    return Fidelity(
+        False,
+        n,
+        first,
+        k,
+        top2_margin(base_logits[k]),
+        float(np.abs(np.asarray(logits[k]) - np.asarray(base_logits[k])).max()),
+    )

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,32 @@ from .snapshot import KVSnapshot, capture, restore
 MODES = ("host", "fork", "baseline")
 
 
+@dataclass(frozen=True)
+class ForkOptions:
+    """How fork mode lays out KV and packs decodes (measured alternatives, see README).
+
+    layout "unified": one KV buffer; branches share the prefix cells (zero copy).
+           "streams": one KV stream per sequence; seq_cp copies the prefix into each.
+    packing "batched": all branches in one decode per step.
+            "per_branch": one decode per branch per step.
+    streams + per_branch reproduces the baseline bit for bit; unified + batched is the
+    fastest and matches it except at near-ties (batched matmul shapes round differently).
+    """
+
+    layout: str = "unified"
+    packing: str = "batched"
+
+    def validate(self) -> None:
+        from .errors import ConfigError
+
+        if self.layout not in ("unified", "streams"):
+            raise ConfigError(f"fork layout must be 'unified' or 'streams', got {self.layout!r}")
+        if self.packing not in ("batched", "per_branch"):
+            raise ConfigError(
+                f"fork packing must be 'batched' or 'per_branch', got {self.packing!r}"
+            )
+
+
 @dataclass
 class Plan:
     """Everything a mode needs, validated and tokenized before any context exists."""
@@ -43,6 +70,7 @@ class Plan:
     pool: HostBufferPool
     policy: ConcurrencyPolicy
     t0_ns: int
+    fork: ForkOptions = field(default_factory=ForkOptions)
     keep_logits: bool | str = False
     progress: Callable[[int, int], None] | None = None
     prefill_ns: list[int] = field(default_factory=list)
@@ -74,25 +102,48 @@ class Plan:
 
     def state(self, b: BranchNode, seq_id: int, inputs: dict[str, Any]) -> BranchState:
         prompt = b.prompt_tokens(self.model, self.upstream_text(b, inputs))
-        return new_state(self.model, b.name, seq_id, prompt, self.prefix_len(b), b.n_predict,
-                         b.sampler, stop=b.stop, on_token=b.on_token, keep_logits=self.keep_logits)
+        return new_state(
+            self.model,
+            b.name,
+            seq_id,
+            prompt,
+            self.prefix_len(b),
+            b.n_predict,
+            b.sampler,
+            stop=b.stop,
+            on_token=b.on_token,
+            keep_logits=self.keep_logits,
+        )
 
 
-def result_of(plan: Plan, b: BranchNode, st: BranchState, t_ready_ns: int, t_decode_ns: int,
-              **timings: float | None) -> BranchResult:
+def result_of(
+    plan: Plan,
+    b: BranchNode,
+    st: BranchState,
+    t_ready_ns: int,
+    t_decode_ns: int,
+    **timings: float | None,
+) -> BranchResult:
     """Raise the branch's own error, else package its output and timings."""
     if st.error is not None:
         raise st.error
     first = st.t_first_ns or st.t_end_ns or time.perf_counter_ns()
     end = st.t_end_ns or time.perf_counter_ns()
     return BranchResult(
-        name=b.name, prompt=b.render({}) if not b.placeholders() else b.prompt,
-        text=st.text, tokens=tuple(st.tokens), stop_reason=st.stop_reason or "error",
-        prefix_tokens=plan.prefix_len(b), prompt_tokens=len(st.prompt_tokens),
-        activation_ms=ms(first - t_ready_ns), decode_ms=ms(end - t_decode_ns),
-        first_token_ms=ms(first - plan.t0_ns), end_ms=ms(end - plan.t0_ns),
+        name=b.name,
+        prompt=b.render({}) if not b.placeholders() else b.prompt,
+        text=st.text,
+        tokens=tuple(st.tokens),
+        stop_reason=st.stop_reason or "error",
+        prefix_tokens=plan.prefix_len(b),
+        prompt_tokens=len(st.prompt_tokens),
+        activation_ms=ms(first - t_ready_ns),
+        decode_ms=ms(end - t_decode_ns),
+        first_token_ms=ms(first - plan.t0_ns),
+        end_ms=ms(end - plan.t0_ns),
         step_logits=tuple(st.step_logits),
-        restore_ms=timings.get("restore_ms"), fork_copy_ms=timings.get("fork_copy_ms"),
+        restore_ms=timings.get("restore_ms"),
+        fork_copy_ms=timings.get("fork_copy_ms"),
         prefill_ms=timings.get("prefill_ms"),
     )
 
@@ -106,13 +157,17 @@ def _deps(plan: Plan, b: BranchNode) -> list[str | Dep]:
 
 def _prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
     w = plan.prefix_len(b)
-    return inputs[plan.doc.name] if w == len(plan.doc_tokens) else inputs[f"{plan.doc.name}@prefix:{w}"]
+    return (
+        inputs[plan.doc.name]
+        if w == len(plan.doc_tokens)
+        else inputs[f"{plan.doc.name}@prefix:{w}"]
+    )
 
 
 def _run_branch(plan: Plan, ctx: Context, states: list[BranchState], nctx: NodeContext) -> None:
     with Batch(max(plan.base.n_batch, len(states)), 1) as batch:
-        decode_prompts(ctx, states, batch)
-        generation_loop(ctx, states, batch, nctx.check_cancelled)
+        decode_prompts(ctx, states, batch, plan.fork.packing)
+        generation_loop(ctx, states, batch, nctx.check_cancelled, plan.fork.packing)
 
 
 # -- host ---------------------------------------------------------------------------------
@@ -120,7 +175,7 @@ def build_host(plan: Plan) -> Dag:
     dag = Dag()
     dag.add(plan.doc.name, lambda n: _host_prefill(plan, n))
     for b in plan.branches:
-        dag.add(b.name, lambda n, b=b: _host_branch(plan, b, n), after=_deps(plan, b))
+        dag.add(b.name, functools.partial(_host_branch, plan, b), after=_deps(plan, b))
     return dag
 
 
@@ -173,7 +228,7 @@ def build_baseline(plan: Plan) -> Dag:
     dag.add(plan.doc.name, lambda n: _baseline_doc(plan))
     for b in plan.branches:
         after = [plan.doc.name, *(a for a in b.after if a != plan.doc.name)]
-        dag.add(b.name, lambda n, b=b: _baseline_branch(plan, b, n), after=after)
+        dag.add(b.name, functools.partial(_baseline_branch, plan, b), after=after)
     return dag
 
 
@@ -225,15 +280,21 @@ def build_fork(plan: Plan, holder: list[Context]) -> tuple[Dag, list[list[Branch
     prev = plan.doc.name
     for k, group in enumerate(groups):
         name = f"wave-{k}"
-        dag.add(name, lambda n, g=group: _fork_wave(plan, holder[0], seq_of, g, n), after=[prev])
+        wave = functools.partial(_fork_wave, plan, holder, seq_of, group)
+        dag.add(name, wave, after=[prev])
         prev = name
     return dag, groups
 
 
-def _fork_prefill(plan: Plan, holder: list[Context], seq_of: dict[str, int],
-                  nctx: NodeContext) -> int:
+def _fork_prefill(
+    plan: Plan, holder: list[Context], seq_of: dict[str, int], nctx: NodeContext
+) -> int:
     full = len(plan.doc_tokens)
-    ctx = plan.context(plan.n_ctx, n_seq_max=len(plan.branches) + 1, kv_unified=True)
+    n_seq = len(plan.branches) + 1
+    if plan.fork.layout == "streams":  # each stream as large as a baseline context
+        ctx = plan.context(plan.n_ctx * n_seq, n_seq_max=n_seq, kv_unified=False)
+    else:
+        ctx = plan.context(plan.n_ctx, n_seq_max=n_seq, kv_unified=True)
     holder.append(ctx)
     by_cut: dict[int, list[int]] = {}
     for b in plan.branches:
@@ -258,13 +319,22 @@ def _share_prefix(plan: Plan, ctx: Context, seqs: list[int], w: int) -> None:
     """Zero-copy fork: the branch sequences join the first w prefix cells (llama_memory_seq_cp)."""
     t = time.perf_counter_ns()
     for s in seqs:
-        ctx.seq_cp(0, s, 0, w)
+        if plan.fork.layout == "streams":  # stream 0 holds exactly w tokens right now
+            ctx.seq_cp(0, s)
+        else:
+            ctx.seq_cp(0, s, 0, w)
     plan.ready_ns[w] = time.perf_counter_ns()
     plan.share_ns[w] = (plan.ready_ns[w] - t) // max(len(seqs), 1)
 
 
-def _fork_wave(plan: Plan, ctx: Context, seq_of: dict[str, int], group: list[BranchNode],
-               nctx: NodeContext) -> dict[str, BranchResult | BaseException | Skipped]:
+def _fork_wave(
+    plan: Plan,
+    holder: list[Context],
+    seq_of: dict[str, int],
+    group: list[BranchNode],
+    nctx: NodeContext,
+) -> dict[str, BranchResult | BaseException | Skipped]:
+    ctx = holder[0]  # created by the prefill node, which this wave runs after
     out: dict[str, BranchResult | BaseException | Skipped] = {}
     prior: dict[str, Any] = {}
     for value in nctx.inputs.values():
@@ -279,16 +349,17 @@ def _fork_wave(plan: Plan, ctx: Context, seq_of: dict[str, int], group: list[Bra
             continue
         try:
             live.append((b, plan.state(b, seq_of[b.name], prior)))
-        except Exception as exc:  # noqa: BLE001 - this branch fails, the wave goes on
+        except Exception as exc:
             out[b.name] = exc
     t_dec = time.perf_counter_ns()
     _run_branch(plan, ctx, [st for _, st in live], nctx)
     for b, st in live:
         try:
             w = plan.prefix_len(b)
-            out[b.name] = result_of(plan, b, st, plan.ready_ns[w], t_dec,
-                                    restore_ms=ms(plan.share_ns.get(w, 0)))
-        except Exception as exc:  # noqa: BLE001
+            out[b.name] = result_of(
+                plan, b, st, plan.ready_ns[w], t_dec, restore_ms=ms(plan.share_ns.get(w, 0))
+            )
+        except Exception as exc:
             out[b.name] = exc
     plan.kv_bytes = max(plan.kv_bytes or 0, _cells_bytes(plan, [st for _, st in live]))
     return {**prior, **out}

@@ -17,7 +17,9 @@ class ModelShape(Protocol):
     def head_dims(self) -> tuple[int, int]: ...
 
 
-def estimate_kv_bytes(model: ModelShape, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+def estimate_kv_bytes(
+    model: ModelShape, n_ctx: int, type_k: str = "f16", type_v: str = "f16"
+) -> int:
     """Upper bound of a full-size KV cache for n_ctx cells (every layer, no SWA shrinking)."""
     k_dim, v_dim = model.head_dims()
     per_cell = model.n_head_kv * (k_dim * KV_TYPE_BYTES[type_k] + v_dim * KV_TYPE_BYTES[type_v])

@@ -211,7 +211,9 @@ class Model:
         if not 0 <= token < self.n_vocab:
             raise ConfigError(f"token id {token} is outside the vocabulary [0, {self.n_vocab})")
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
         """Token ids of `text`; `add_special` adds BOS (and EOS) where the model asks for it."""
         raw = text.encode("utf-8")
         cap = len(raw) + 8
@@ -237,16 +239,18 @@ class Model:
             cap = -n
         raise NativeCallError("llama_token_to_piece", n, f"token {token}")
 
-    def detokenize(self, tokens: list[int], *, remove_special: bool = False,
-                   unparse_special: bool = False) -> str:
+    def detokenize(
+        self, tokens: list[int], *, remove_special: bool = False, unparse_special: bool = False
+    ) -> str:
         for tok in tokens:
             self._check_token(tok)
         arr = ffi.new("llama_token[]", tokens) if tokens else ffi.NULL
         cap = max(16, 8 * len(tokens))
         for _ in range(2):
             buf = ffi.new("char[]", cap)
-            n = lib.llama_detokenize(self.vocab, arr, len(tokens), buf, cap,
-                                     remove_special, unparse_special)
+            n = lib.llama_detokenize(
+                self.vocab, arr, len(tokens), buf, cap, remove_special, unparse_special
+            )
             if n >= 0:
                 return bytes(ffi.buffer(buf, n)).decode("utf-8", errors="replace")
             cap = -n
@@ -254,10 +258,18 @@ class Model:
 
 
 FlashAttn = Literal["auto", "on", "off"]
-_FLASH = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
-          "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
-_KV_TYPES = {"f32": "GGML_TYPE_F32", "f16": "GGML_TYPE_F16", "bf16": "GGML_TYPE_BF16",
-             "q8_0": "GGML_TYPE_Q8_0", "q4_0": "GGML_TYPE_Q4_0"}
+_FLASH = {
+    "auto": "LLAMA_FLASH_ATTN_TYPE_AUTO",
+    "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+    "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED",
+}
+_KV_TYPES = {
+    "f32": "GGML_TYPE_F32",
+    "f16": "GGML_TYPE_F16",
+    "bf16": "GGML_TYPE_BF16",
+    "q8_0": "GGML_TYPE_Q8_0",
+    "q4_0": "GGML_TYPE_Q4_0",
+}
 LLAMA_MAX_SEQ = 256  # llama-cparams.h; llama.cpp throws past it
 
 
@@ -294,15 +306,18 @@ class ContextConfig:
     def validate(self, model: Model) -> None:
         if self.n_ctx < 1:
             raise ConfigError(f"n_ctx must be >= 1, got {self.n_ctx}")
-        if self.n_ctx > model.n_ctx_train:
+        per_seq = self.n_ctx if self.kv_unified else self.n_ctx // max(self.n_seq_max, 1)
+        if per_seq > model.n_ctx_train:
             raise ContextCreateError(
-                f"n_ctx={self.n_ctx} exceeds what {model.path.name} supports "
-                f"(n_ctx_train={model.n_ctx_train})"
+                f"n_ctx={self.n_ctx} ({per_seq} per sequence) exceeds what {model.path.name} "
+                f"supports (n_ctx_train={model.n_ctx_train})"
             )
         if self.n_batch < 1:
             raise ConfigError(f"n_batch must be >= 1, got {self.n_batch}")
         if self.n_ubatch is not None and not 1 <= self.n_ubatch <= self.n_batch:
-            raise ConfigError(f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}")
+            raise ConfigError(
+                f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}"
+            )
         if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
             raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
         if self.n_seq_max > self.effective_n_batch:
@@ -316,7 +331,9 @@ class ContextConfig:
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
         if self.flash_attn not in _FLASH:
-            raise ConfigError(f"flash_attn must be one of {sorted(_FLASH)}, got {self.flash_attn!r}")
+            raise ConfigError(
+                f"flash_attn must be one of {sorted(_FLASH)}, got {self.flash_attn!r}"
+            )
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in _KV_TYPES:
                 raise ConfigError(f"{name} must be one of {sorted(_KV_TYPES)}")
@@ -525,8 +542,9 @@ class Context:
         buf = ffi.from_buffer("uint8_t[]", dst, require_writable=True)
         n = int(lib.llama_state_seq_get_data_ext(self.ptr, buf, len(dst), seq_id, flags))
         if n != need:
-            raise NativeCallError("llama_state_seq_get_data_ext", n,
-                                  f"seq={seq_id}: wrote {n} of {need} bytes")
+            raise NativeCallError(
+                "llama_state_seq_get_data_ext", n, f"seq={seq_id}: wrote {n} of {need} bytes"
+            )
         return n
 
     def state_seq_set(self, seq_id: int, src: memoryview | bytes, flags: int = 0) -> int:

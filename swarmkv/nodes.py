@@ -10,7 +10,6 @@ newline or sentence end) and start the prompt with a space or newline (see READM
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,9 @@ class PrefillNode:
     text: str
 
     @staticmethod
-    def from_source(name: str, text: str | None = None, path: str | Path | None = None) -> PrefillNode:
+    def from_source(
+        name: str, text: str | None = None, path: str | Path | None = None
+    ) -> PrefillNode:
         if (text is None) == (path is None):
             raise ConfigError(f"prefill {name!r}: give exactly one of text= or path=")
         if path is not None:
@@ -95,17 +96,3 @@ class BranchNode:
         names = self.placeholders()
         base = model.tokenize(self.render({n: "" for n in names}), add_special=False)
         return len(base) + sum(n_predict_of[n] + 4 for n in names)
-
-
-def check_names(prefills: Sequence[PrefillNode], branches: Sequence[BranchNode]) -> None:
-    """Placeholders must name upstream branches the branch declares in `after`."""
-    branch_names = {b.name for b in branches}
-    for b in branches:
-        for ph in b.placeholders():
-            if ph not in branch_names:
-                raise ConfigError(f"branch {b.name!r}: prompt uses {{{ph}}}, not a branch name")
-            if ph not in b.after:
-                raise ConfigError(f"branch {b.name!r}: prompt uses {{{ph}}} but not after={ph!r}")
-        docs = [a for a in b.after if a in {p.name for p in prefills}]
-        if len(docs) != 1 and not any(a in branch_names for a in b.after):
-            raise ConfigError(f"branch {b.name!r}: must come after exactly one prefill node")

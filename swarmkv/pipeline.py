@@ -28,7 +28,7 @@ from .concurrency import ConcurrencyPolicy
 from .dag import Dag, DagResult
 from .decoding import TokenCallback
 from .errors import ConfigError, DagError, PipelineError
-from .handoff import MODES, Plan, Skipped, build_baseline, build_fork, build_host
+from .handoff import MODES, ForkOptions, Plan, Skipped, build_baseline, build_fork, build_host
 from .llama import Context, ContextConfig, FlashAttn, Model
 from .models import default_model_path
 from .nodes import BranchNode, PrefillNode
@@ -49,42 +49,78 @@ class RunOptions:
 class Pipeline:
     """A document, branches that read it, and settings shared by every context."""
 
-    def __init__(self, model: Model | str | os.PathLike[str] | None = None, *,
-                 n_ctx: int | None = None, n_batch: int = 512, n_threads: int | None = None,
-                 swa_full: bool | None = None, flash_attn: FlashAttn = "auto",
-                 type_k: str = "f16", type_v: str = "f16",
-                 policy: ConcurrencyPolicy | None = None) -> None:
+    def __init__(
+        self,
+        model: Model | str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int | None = None,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        swa_full: bool | None = None,
+        flash_attn: FlashAttn = "auto",
+        type_k: str = "f16",
+        type_v: str = "f16",
+        policy: ConcurrencyPolicy | None = None,
+        fork: ForkOptions | None = None,
+    ) -> None:
         self._own_model = not isinstance(model, Model)
         self.model = model if isinstance(model, Model) else Model(model or default_model_path())
         self.n_ctx = n_ctx
-        self.base = ContextConfig(n_ctx=n_ctx or 512, n_batch=n_batch, n_threads=n_threads,
-                                  swa_full=swa_full, flash_attn=flash_attn, type_k=type_k,
-                                  type_v=type_v)
+        self.base = ContextConfig(
+            n_ctx=n_ctx or 512,
+            n_batch=n_batch,
+            n_threads=n_threads,
+            swa_full=swa_full,
+            flash_attn=flash_attn,
+            type_k=type_k,
+            type_v=type_v,
+        )
         self.base.validate(self.model) if n_ctx else None
         self.policy = policy or ConcurrencyPolicy()
+        self.fork = fork or ForkOptions()
+        self.fork.validate()
         self.doc: PrefillNode | None = None
         self.branches: dict[str, BranchNode] = {}
         self._pool: HostBufferPool | None = None
 
     # -- building ---------------------------------------------------------------------------
-    def prefill(self, name: str = "doc", *, text: str | None = None,
-                path: str | Path | None = None) -> Pipeline:
+    def prefill(
+        self, name: str = "doc", *, text: str | None = None, path: str | Path | None = None
+    ) -> Pipeline:
         if self.doc is not None:
             raise ConfigError(f"pipeline already has a document {self.doc.name!r}")
         self.doc = PrefillNode.from_source(name, text=text, path=path)
         return self
 
-    def branch(self, name: str, *, prompt: str, after: str | Iterable[str] | None = None,
-               n_predict: int = 64, temperature: float = 0.0, top_k: int | None = None,
-               top_p: float | None = None, min_p: float | None = None, seed: int = 0,
-               stop: Iterable[str] = (), required_prefix_tokens: int | None = None,
-               on_token: TokenCallback | None = None) -> Pipeline:
+    def branch(
+        self,
+        name: str,
+        *,
+        prompt: str,
+        after: str | Iterable[str] | None = None,
+        n_predict: int = 64,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        seed: int = 0,
+        stop: Iterable[str] = (),
+        required_prefix_tokens: int | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> Pipeline:
         if name in self.branches or (self.doc is not None and name == self.doc.name):
             raise DagError(f"duplicate node name {name!r}")
         deps = (after,) if isinstance(after, str) else tuple(after or ())
-        node = BranchNode(name, prompt, deps, n_predict,
-                          SamplerConfig(temperature, top_k, top_p, min_p, seed), tuple(stop),
-                          required_prefix_tokens, on_token)
+        node = BranchNode(
+            name,
+            prompt,
+            deps,
+            n_predict,
+            SamplerConfig(temperature, top_k, top_p, min_p, seed),
+            tuple(stop),
+            required_prefix_tokens,
+            on_token,
+        )
         node.validate()
         self.branches[name] = node
         return self
@@ -102,8 +138,10 @@ class Pipeline:
             shape.add(b.name, lambda n: None, after=b.after or (self.doc.name,))
             for ph in b.placeholders():
                 if ph not in b.after or ph not in self.branches:
-                    raise ConfigError(f"branch {b.name!r}: prompt uses {{{ph}}}; it must name "
-                                      "an upstream branch listed in after=")
+                    raise ConfigError(
+                        f"branch {b.name!r}: prompt uses {{{ph}}}; it must name "
+                        "an upstream branch listed in after="
+                    )
         order = shape.order()  # validates: unknown names, self-edges, cycles
         return [self.branches[n] for n in order if n in self.branches]
 
@@ -118,22 +156,55 @@ class Pipeline:
         for b in branches:
             w = b.required_prefix_tokens
             if w is not None and w > len(doc_tokens):
-                raise ConfigError(f"branch {b.name!r}: required_prefix_tokens={w} exceeds the "
-                                  f"document's {len(doc_tokens)} tokens")
-            needs.append(BranchNeed(b.name, b.estimated_prompt_tokens(self.model, n_pred),
-                                    b.n_predict, w or len(doc_tokens)))
-        n_ctx = plan_budget(len(doc_tokens), needs, mode=opts.mode, n_ctx=self.n_ctx,
-                            n_ctx_train=self.model.n_ctx_train)
+                raise ConfigError(
+                    f"branch {b.name!r}: required_prefix_tokens={w} exceeds the "
+                    f"document's {len(doc_tokens)} tokens"
+                )
+            needs.append(
+                BranchNeed(
+                    b.name,
+                    b.estimated_prompt_tokens(self.model, n_pred),
+                    b.n_predict,
+                    w or len(doc_tokens),
+                )
+            )
+        # fork with per-sequence streams sizes each stream like one branch's own context
+        shared = opts.mode == "fork" and self.fork.layout == "unified"
+        n_ctx = plan_budget(
+            len(doc_tokens),
+            needs,
+            mode="fork" if shared else "host",
+            n_ctx=self.n_ctx,
+            n_ctx_train=self.model.n_ctx_train,
+        )
         if self._pool is None:
             self._pool = HostBufferPool()
-        return Plan(self.model, self.doc, doc_tokens, branches, self.base, n_ctx, self._pool,
-                    self.policy, t0, keep_logits=opts.keep_logits, progress=progress)
+        return Plan(
+            self.model,
+            self.doc,
+            doc_tokens,
+            branches,
+            self.base,
+            n_ctx,
+            self._pool,
+            self.policy,
+            t0,
+            self.fork,
+            keep_logits=opts.keep_logits,
+            progress=progress,
+        )
 
     # -- running ----------------------------------------------------------------------------
-    def run(self, mode: str = "fork", *, timeout_s: float | None = None,
-            raise_on_failure: bool = True, keep_logits: bool | str = False,
-            progress: Callable[[int, int], None] | None = None,
-            cancel: threading.Event | None = None) -> PipelineResult:
+    def run(
+        self,
+        mode: str = "fork",
+        *,
+        timeout_s: float | None = None,
+        raise_on_failure: bool = True,
+        keep_logits: bool | str = False,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> PipelineResult:
         """Run every node; returns per-branch results and pipeline timings (milliseconds).
 
         keep_logits=True keeps each branch's first-step logits, "all" every step's (for
@@ -154,8 +225,13 @@ class Pipeline:
                 ctx.close()
             plan.release_snapshots()
         result = _collect(plan, opts, dres, time.perf_counter_ns())
-        log.info("%s: %d branches, prefill %.1f ms, e2e %.1f ms", mode, len(result.branches),
-                 result.prefill_ms, result.e2e_ms)
+        log.info(
+            "%s: %d branches, prefill %.1f ms, e2e %.1f ms",
+            mode,
+            len(result.branches),
+            result.prefill_ms,
+            result.e2e_ms,
+        )
         failures = [o for o in result.outcomes.values() if o.status == "failed"]
         if raise_on_failure and failures:
             _raise_failures(failures)
@@ -179,8 +255,9 @@ def _raise_failures(failures: list[NodeOutcome]) -> None:
     raise PipelineError(f"{len(failures)} pipeline node(s) failed: {detail}") from failures[0].error
 
 
-def _outcomes(plan: Plan, mode: str, dres: DagResult) -> tuple[dict[str, NodeOutcome],
-                                                                dict[str, BranchResult]]:
+def _outcomes(
+    plan: Plan, mode: str, dres: DagResult
+) -> tuple[dict[str, NodeOutcome], dict[str, BranchResult]]:
     doc = dres[plan.doc.name]
     outcomes = {doc.name: NodeOutcome(doc.name, doc.status, doc.reason, doc.error)}
     values: dict[str, Any] = {}
@@ -197,11 +274,19 @@ def _outcomes(plan: Plan, mode: str, dres: DagResult) -> tuple[dict[str, NodeOut
             elif isinstance(v, BaseException):
                 outcomes[b.name] = NodeOutcome(b.name, "failed", repr(v), v)
             else:
-                wave = next(r for n, r in dres.results.items() if n.startswith("wave-")
-                            and r.status != "ok") if not dres.ok else None
+                wave = (
+                    next(
+                        r
+                        for n, r in dres.results.items()
+                        if n.startswith("wave-") and r.status != "ok"
+                    )
+                    if not dres.ok
+                    else None
+                )
                 status = wave.status if wave else "skipped"
-                outcomes[b.name] = NodeOutcome(b.name, status, wave.reason if wave else None,
-                                               wave.error if wave else None)
+                outcomes[b.name] = NodeOutcome(
+                    b.name, status, wave.reason if wave else None, wave.error if wave else None
+                )
     else:
         for b in plan.branches:
             nr = dres[b.name]
@@ -216,8 +301,14 @@ def _collect(plan: Plan, opts: RunOptions, dres: DagResult, t_end: int) -> Pipel
     prefill = statistics.median(plan.prefill_ns) if plan.prefill_ns else 0
     ends = [b.end_ms for b in branches.values()]
     return PipelineResult(
-        mode=opts.mode, model=plan.model.path.name, prefix_tokens=len(plan.doc_tokens),
-        n_ctx=plan.n_ctx, prefill_ms=ms(int(prefill)), snapshot_bytes=plan.snapshot_bytes,
-        e2e_ms=max(ends) if ends else ms(t_end - plan.t0_ns), branches=branches,
-        outcomes=outcomes, kv_bytes=plan.kv_bytes,
+        mode=opts.mode,
+        model=plan.model.path.name,
+        prefix_tokens=len(plan.doc_tokens),
+        n_ctx=plan.n_ctx,
+        prefill_ms=ms(int(prefill)),
+        snapshot_bytes=plan.snapshot_bytes,
+        e2e_ms=max(ends) if ends else ms(t_end - plan.t0_ns),
+        branches=branches,
+        outcomes=outcomes,
+        kv_bytes=plan.kv_bytes,
     )

@@ -20,6 +20,7 @@ forks the same snapshot size again and again does not grow memory.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from dataclasses import dataclass
@@ -87,10 +88,9 @@ class HostBuffer:
     def _drop_view(self) -> None:
         view, self._view = self._view, None
         if view is not None:
-            try:
+            # someone may still export it (numpy): then only our reference goes
+            with contextlib.suppress(BufferError):
                 view.release()
-            except BufferError:  # someone still exports it (numpy); our reference goes anyway
-                pass
 
     def __enter__(self) -> HostBuffer:
         return self
@@ -193,8 +193,14 @@ class HostBufferPool:
     def stats(self) -> PoolStats:
         with self._lock:
             allocated = sum(int(lib.ggml_backend_buffer_get_size(h)) for h in self._handles)
-            return PoolStats(self.kind, allocated, self._bytes_in_use(), self._peak,
-                             len(self._handles), len(self._in_use))
+            return PoolStats(
+                self.kind,
+                allocated,
+                self._bytes_in_use(),
+                self._peak,
+                len(self._handles),
+                len(self._in_use),
+            )
 
     def check(self) -> None:
         """Raise PoolError if the bookkeeping disagrees with the buffers held."""
@@ -203,8 +209,10 @@ class HostBufferPool:
             tracked = [id(b.handle) for b in self._free]
             tracked += [id(b.block.handle) for b in self._in_use.values()]
             if len(set(held)) != len(held) or sorted(held) != sorted(tracked):
-                raise PoolError(f"pool integrity: {len(held)} buffers held, {len(tracked)} "
-                                "tracked (each must be held and tracked exactly once)")
+                raise PoolError(
+                    f"pool integrity: {len(held)} buffers held, {len(tracked)} "
+                    "tracked (each must be held and tracked exactly once)"
+                )
             if any(b.released for b in self._in_use.values()):
                 raise PoolError("pool integrity: a released buffer is still marked in use")
 

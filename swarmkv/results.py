@@ -38,12 +38,19 @@ class BranchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "prompt": self.prompt, "text": self.text,
-            "tokens": list(self.tokens), "stop_reason": self.stop_reason,
-            "prefix_tokens": self.prefix_tokens, "prompt_tokens": self.prompt_tokens,
-            "activation_ms": self.activation_ms, "restore_ms": self.restore_ms,
-            "fork_copy_ms": self.fork_copy_ms, "prefill_ms": self.prefill_ms,
-            "decode_ms": self.decode_ms, "first_token_ms": self.first_token_ms,
+            "name": self.name,
+            "prompt": self.prompt,
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "stop_reason": self.stop_reason,
+            "prefix_tokens": self.prefix_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "activation_ms": self.activation_ms,
+            "restore_ms": self.restore_ms,
+            "fork_copy_ms": self.fork_copy_ms,
+            "prefill_ms": self.prefill_ms,
+            "decode_ms": self.decode_ms,
+            "first_token_ms": self.first_token_ms,
             "end_ms": self.end_ms,
         }
 
@@ -78,10 +85,16 @@ class PipelineResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "model": self.model, "prefix_tokens": self.prefix_tokens,
-            "n_ctx": self.n_ctx, "prefill_ms": self.prefill_ms,
-            "snapshot_bytes": self.snapshot_bytes, "e2e_ms": self.e2e_ms,
+            "mode": self.mode,
+            "model": self.model,
+            "prefix_tokens": self.prefix_tokens,
+            "n_ctx": self.n_ctx,
+            "prefill_ms": self.prefill_ms,
+            "snapshot_bytes": self.snapshot_bytes,
+            "e2e_ms": self.e2e_ms,
             "kv_bytes": self.kv_bytes,
             "branches": [b.to_dict() for b in self.branches.values()],
-            "nodes": {n: {"status": o.status, "reason": o.reason} for n, o in self.outcomes.items()},
+            "nodes": {
+                n: {"status": o.status, "reason": o.reason} for n, o in self.outcomes.items()
+            },
         }

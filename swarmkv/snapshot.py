@@ -59,11 +59,16 @@ class KVSnapshot:
     def save(self, path: str | os.PathLike[str], llama_cpp_commit: str = "") -> Path:
         """Write atomically (temp file + rename), so a reader never sees half a snapshot."""
         path = Path(path)
-        header = json.dumps({
-            "model_fingerprint": self.model_fingerprint, "tokens": list(self.tokens),
-            "flags": self.flags, "nbytes": self.nbytes,
-            "sha256": hashlib.sha256(self.data).hexdigest(), "llama_cpp_commit": llama_cpp_commit,
-        }).encode()
+        header = json.dumps(
+            {
+                "model_fingerprint": self.model_fingerprint,
+                "tokens": list(self.tokens),
+                "flags": self.flags,
+                "nbytes": self.nbytes,
+                "sha256": hashlib.sha256(self.data).hexdigest(),
+                "llama_cpp_commit": llama_cpp_commit,
+            }
+        ).encode()
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with tmp.open("wb") as f:
             f.write(_MAGIC + struct.pack("<II", _VERSION, len(header)) + header)
@@ -80,7 +85,9 @@ class KVSnapshot:
                 raise SnapshotMismatchError(f"{path} is not a SwarmKV snapshot")
             version, header_len = struct.unpack("<II", head[4:])
             if version != _VERSION:
-                raise SnapshotMismatchError(f"{path}: snapshot version {version}, expected {_VERSION}")
+                raise SnapshotMismatchError(
+                    f"{path}: snapshot version {version}, expected {_VERSION}"
+                )
             meta = _parse_header(path, f.read(header_len))
             buf = pool.alloc(meta["nbytes"])
             got = f.readinto(buf.view)
@@ -90,8 +97,13 @@ class KVSnapshot:
         return KVSnapshot(buf, tuple(meta["tokens"]), meta["model_fingerprint"], meta["flags"])
 
 
-_HEADER_KEYS = {"model_fingerprint": str, "tokens": list, "flags": int, "nbytes": int,
-                "sha256": str}
+_HEADER_KEYS = {
+    "model_fingerprint": str,
+    "tokens": list,
+    "flags": int,
+    "nbytes": int,
+    "sha256": str,
+}
 
 
 def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
@@ -110,8 +122,13 @@ def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
     return meta
 
 
-def capture(ctx: Context, seq_id: int, pool: HostBufferPool, tokens: tuple[int, ...],
-            flags: int | None = None) -> KVSnapshot:
+def capture(
+    ctx: Context,
+    seq_id: int,
+    pool: HostBufferPool,
+    tokens: tuple[int, ...],
+    flags: int | None = None,
+) -> KVSnapshot:
     """Export seq_id's state into a new pool buffer (llama_state_seq_get_data_ext).
 
     flags=None uses ctx.exact_state_flags, which makes a restore bit-exact.

@@ -62,8 +62,15 @@ def pip_download(lock: dict[str, str], dest: Path) -> Path:
     # --no-binary for this package only: pip must fetch the sdist, not a wheel, while the
     # sdist's own build requirements (needed for its metadata) may still come as wheels.
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps",
-        "--no-binary", lock["package"], "-d", str(dest),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        lock["package"],
+        "-d",
+        str(dest),
         f"{lock['package']}=={lock['version']}",
     ]
     print(f"fetch_llama_cpp: {' '.join(cmd)}", file=sys.stderr)
@@ -99,7 +106,7 @@ def extract_member(archive: Path, member: str, dest: Path) -> None:
         for info in tar.getmembers():
             if not info.name.startswith(prefix):
                 continue
-            info.name = info.name[len(prefix):]
+            info.name = info.name[len(prefix) :]
             if info.name:
                 picked.append(info)
         if not picked:
@@ -110,7 +117,10 @@ def extract_member(archive: Path, member: str, dest: Path) -> None:
 def apply_patches(tree: Path) -> None:
     for patch in sorted(PATCHES.glob("*.patch")):
         proc = subprocess.run(
-            ["patch", "-p1", "--forward", "-i", str(patch)], cwd=tree, capture_output=True, text=True
+            ["patch", "-p1", "--forward", "-i", str(patch)],
+            cwd=tree,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise FetchError(f"patch {patch.name} failed:\n{proc.stdout}{proc.stderr}")

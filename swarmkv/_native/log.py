@@ -38,7 +38,7 @@ def swarmkv_log_callback(level: int, text: object, user_data: object) -> None:
             _pending.buf = []
             if line:
                 logger.log(_pending.level, "%s", line)
-    except Exception:  # noqa: BLE001 - see above
+    except Exception:
         pass
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from swarmkv.fidelity import compare
+from swarmkv.fidelity import Fidelity, compare
 
 log = logging.getLogger("swarmkv.bench")
 
@@ -97,9 +97,9 @@ class TrialRecord:
     @property
     def prefill_total_ms(self) -> float | None:
         """Prefill work summed over contexts: the baseline pays it once per branch."""
-        own = [v for v in self.branch_prefill_ms if _finite(v)]
+        own = [v for v in self.branch_prefill_ms if v is not None and math.isfinite(v)]
         if own:
-            return float(sum(own))  # type: ignore[arg-type]
+            return float(sum(own))
         return self.prefill_ms
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,9 +144,9 @@ def check_fidelity(
         fid = compare(tokens[name], base.tokens, mine or None, base_logits or None)
         ok = ok and fid.ok
         ties += int(not fid.tokens_equal and fid.near_tie)
-        if fid.first_nmse is not None:
+        if fid.first_nmse is not None and math.isfinite(fid.first_nmse):
             nmses.append(fid.first_nmse)
-        notes.append(f"{name}: {fid.describe()}")
+        notes.append(f"{name}: {_describe(fid)}")
     return FidelityCheck(ok, "; ".join(notes), ties, max(nmses) if nmses else None)
 
 
@@ -171,7 +171,6 @@ def from_pipeline_result(
     else the result's own. Pass `baseline=None` for the reference run itself.
     """
     order = list(branch_order or (baseline.branches if baseline is not None else result.branches))
-    got = [result.branches.get(n) for n in order]
     fid = _fidelity_of(result, baseline)
     more = dict(extra or {})
     if fid.near_ties:
@@ -193,18 +192,41 @@ def from_pipeline_result(
         snapshot_bytes=result.snapshot_bytes,
         kv_bytes=kv_bytes if kv_bytes is not None else getattr(result, "kv_bytes", None),
         peak_rss_bytes=peak_rss_bytes,
-        activation_ms=tuple(_num(b, "activation_ms") for b in got),
-        first_token_ms=tuple(_num(b, "first_token_ms") for b in got),
-        restore_ms=tuple(_opt(b, "restore_ms") for b in got),
-        decode_ms=tuple(_num(b, "decode_ms") for b in got),
-        tokens_generated=sum(len(b.tokens) for b in got if b is not None),
         fidelity_ok=fid.ok,
         fidelity_detail=fid.detail,
         extra=more,
         branch_names=tuple(order),
-        end_ms=tuple(_num(b, "end_ms") for b in got),
-        branch_prefill_ms=tuple(_opt(b, "prefill_ms") for b in got),
-        fork_copy_ms=tuple(_opt(b, "fork_copy_ms") for b in got),
+        **_branch_fields([result.branches.get(n) for n in order]),
+    )
+
+
+def _branch_fields(got: Sequence[BranchLike | None]) -> dict[str, Any]:
+    """The per-branch tuples of a record, by branch position (NaN / None where one is missing)."""
+    return {
+        "activation_ms": tuple(_num(b, "activation_ms") for b in got),
+        "first_token_ms": tuple(_num(b, "first_token_ms") for b in got),
+        "restore_ms": tuple(_opt(b, "restore_ms") for b in got),
+        "decode_ms": tuple(_num(b, "decode_ms") for b in got),
+        "end_ms": tuple(_num(b, "end_ms") for b in got),
+        "branch_prefill_ms": tuple(_opt(b, "prefill_ms") for b in got),
+        "fork_copy_ms": tuple(_opt(b, "fork_copy_ms") for b in got),
+        "tokens_generated": sum(len(b.tokens) for b in got if b is not None),
+    }
+
+
+def _describe(fid: Fidelity) -> str:
+    # Not Fidelity.describe(): it formats first_nmse / margin with :.3g, which raises when no
+    # logits were kept (None), and the bench must record every trial, logits or not.
+    nmse = f", first-step NMSE {fid.first_nmse:.3g}" if fid.first_nmse is not None else ""
+    if fid.tokens_equal:
+        return f"{fid.n_compared} tokens equal{nmse}"
+    head = f"diverged at step {fid.diverged_at} of {fid.n_compared}{nmse}"
+    if fid.margin is None or fid.max_abs_diff is None:
+        return f"{head}: {fid.note or 'no step logits'}; counted as a mismatch"
+    verdict = "near-tie" if fid.near_tie else "NOT a near-tie: bug"
+    return (
+        f"{head}: baseline top-2 margin {fid.margin:.4g} vs max |logit diff| "
+        f"{fid.max_abs_diff:.4g} ({verdict})"
     )
 
 
@@ -229,10 +251,6 @@ def _opt(branch: BranchLike | None, attr: str) -> float | None:
 
 def _opt_float(value: float | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def jsonable(value: Any) -> Any:

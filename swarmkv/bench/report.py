@@ -20,22 +20,13 @@ log = logging.getLogger("swarmkv.bench")
 
 OPS = (">=", "<=")
 MIB = 1024 * 1024
-# Setup rows every report shows, in this order (missing ones read "not recorded").
-SETUP_ROWS = (
-    ("model", "Model"),
-    ("llama_cpp_commit", "llama.cpp commit"),
-    ("swarmkv_commit", "SwarmKV commit"),
-    ("threads", "Threads"),
-    ("cpu", "CPU"),
-    ("gpu", "GPU"),
-    ("kv_dtype", "KV dtype"),
-    ("swa_full", "swa_full"),
-    ("flash_attn", "flash_attn"),
-    ("n_ctx", "n_ctx"),
-    ("n_batch", "n_batch"),
-    ("trials", "Trials per mode"),
-    ("warmup", "Warm-up trials"),
-)
+MAX_BRANCH_COLUMNS = 8  # wider per-branch tables stop being readable; the JSON has them all
+# Setup keys every report shows first, in this order ("not recorded" when absent); the
+# table labels them by key so they read the same as best_run.json's "setup".
+SETUP_KEYS = (
+    "model", "llama_cpp_commit", "swarmkv_commit", "threads", "cpu", "gpu", "kv_dtype",
+    "swa_full", "flash_attn", "n_ctx", "n_batch", "trials", "warmup",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -94,7 +85,7 @@ def write_report(
         "",
         *_fidelity_section(records),
         *_setup_section(setup),
-        *_results_section(summaries),
+        *_results_section(summaries, {sp.baseline_mode for sp in speedups}),
         *_speedup_section(speedups),
         *_targets_section(targets),
         *_plots_section(plots, path.parent),
@@ -136,9 +127,8 @@ def _where(r: TrialRecord) -> str:
 
 
 def _setup_section(setup: dict[str, Any]) -> list[str]:
-    known = {key for key, _ in SETUP_ROWS}
-    rows = [(label, setup.get(key, "not recorded")) for key, label in SETUP_ROWS]
-    rows += [(key, value) for key, value in setup.items() if key not in known]
+    rows = [(key, setup.get(key, "not recorded")) for key in SETUP_KEYS]
+    rows += [(key, value) for key, value in setup.items() if key not in SETUP_KEYS]
     return [
         "## Setup",
         "",
@@ -149,7 +139,9 @@ def _setup_section(setup: dict[str, Any]) -> list[str]:
     ]
 
 
-def _results_section(summaries: dict[tuple[str, str], ModeSummary]) -> list[str]:
+def _results_section(
+    summaries: dict[tuple[str, str], ModeSummary], references: set[str]
+) -> list[str]:
     lines = [
         "## Results",
         "",
@@ -166,16 +158,36 @@ def _results_section(summaries: dict[tuple[str, str], ModeSummary]) -> list[str]
             f"{first.doc_tokens} document tokens, n_predict={first.n_predict}",
             "",
             "| mode | trials | e2e_ms median [min–max] | e2e IQR | best e2e | prefill_ms "
-            "| branch_activation_ms[1] | restore_ms | tokens_per_s | peak RSS (MiB) "
+            "| branch_activation_ms[1] | restore_ms (all branches) | tokens_per_s | peak RSS (MiB) "
             "| fidelity |",
             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
         ]
-        lines += [_summary_row(s) for s in group]
-        lines.append("")
+        lines += [_summary_row(s, s.mode in references) for s in group]
+        lines += ["", *_activation_table(group), ""]
     return lines
 
 
-def _summary_row(s: ModeSummary) -> str:
+def _activation_table(group: Sequence[ModeSummary]) -> list[str]:
+    width = min(MAX_BRANCH_COLUMNS, max(len(s.branch_activation_ms) for s in group))
+    if width == 0:
+        return []
+    head = " | ".join(f"[{i}]" for i in range(width))
+    lines = [
+        "branch_activation_ms[i], median [min–max]:",
+        "",
+        f"| mode | {head} |",
+        "|---|" + "--:|" * width,
+    ]
+    for s in group:
+        cells = [
+            _spread(s.branch_activation_ms[i] if i < len(s.branch_activation_ms) else None)
+            for i in range(width)
+        ]
+        lines.append(f"| {s.mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _summary_row(s: ModeSummary, reference: bool) -> str:
     act = s.branch_activation_ms[1] if len(s.branch_activation_ms) > 1 else None
     e2e = s.e2e_ms
     cells = [
@@ -189,14 +201,14 @@ def _summary_row(s: ModeSummary) -> str:
         _ms(_med(s.restore_all_ms)),
         _num(_med(s.tokens_per_s)),
         _num(s.peak_rss_bytes.median / MIB if s.peak_rss_bytes else None),
-        _fidelity_cell(s),
+        _fidelity_cell(s, reference),
     ]
     return "| " + " | ".join(cells) + " |"
 
 
-def _fidelity_cell(s: ModeSummary) -> str:
+def _fidelity_cell(s: ModeSummary, reference: bool) -> str:
     if s.fidelity_checked == 0:
-        return "reference / not checked"
+        return "reference" if reference else "not checked"
     if s.fidelity_failed:
         return f"**MISMATCH {s.fidelity_failed}/{s.fidelity_checked}**"
     return f"ok {s.fidelity_ok}/{s.fidelity_checked}"
@@ -237,10 +249,10 @@ def _targets_section(targets: Sequence[Target]) -> list[str]:
         "|---|--:|---|---|---|",
     ]
     for t in targets:
-        value = "not measured" if t.status == "NOT MEASURED" else f"{_num(t.value)} {t.unit}"
+        value = "not measured" if t.status == "NOT MEASURED" else _with_unit(t.value, t.unit)
         result = t.status if t.passed else f"**{t.status}**"
         lines.append(
-            f"| {_esc(t.name)} | {value.strip()} | {t.op} {_num(t.threshold)} {t.unit} "
+            f"| {_esc(t.name)} | {value} | {t.op} {_with_unit(t.threshold, t.unit)} "
             f"| {result} | {_esc(t.note)} |"
         )
     failed = sum(not t.passed for t in targets)
@@ -273,6 +285,12 @@ def _num(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def _with_unit(value: float | None, unit: str) -> str:
+    # Milliseconds always with one decimal (the protocol); other units with two.
+    text = _ms(value) if unit == "ms" else ("–" if value is None else f"{value:.2f}")
+    return f"{text} {unit}".strip()
 
 
 def _x(value: float | None) -> str:

@@ -15,14 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 DOC_SOURCE = REPO / "vendor" / "llama.cpp" / "SECURITY.md"
 
 
-
 def prefill(ctx: sk.Context, tokens: list[int], seq_id: int = 0, n_batch: int = 512) -> None:
     with Batch(n_batch) as batch:
         prefill_chunks(ctx, tokens, seq_id, chunk_bounds(len(tokens), n_batch), batch)
 
 
-def continue_greedy(ctx: sk.Context, seq_id: int, suffix: list[int], pos0: int,
-                    n: int = 32) -> tuple[list[int], list[np.ndarray]]:
+def continue_greedy(
+    ctx: sk.Context, seq_id: int, suffix: list[int], pos0: int, n: int = 32
+) -> tuple[list[int], list[np.ndarray]]:
     """Decode suffix at pos0.., then greedy-generate n tokens; returns tokens and step logits."""
     out: list[int] = []
     logits: list[np.ndarray] = []

@@ -8,10 +8,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from model_helpers import continue_greedy, document, prefill
 
 import swarmkv as sk
 from swarmkv.fidelity import NMSE_LIMIT, nmse
+
+from model_helpers import continue_greedy, document, prefill
 
 SUFFIX = "\n\nQuestion: What is this document about?\nAnswer:"
 
@@ -38,10 +39,12 @@ def test_restore_matches_uninterrupted_context(model: sk.Model, n_doc: int) -> N
         with sk.Context(model, n_ctx=2048) as fresh:
             restore_fresh_ms = sk.restore(fresh, 0, snap)
             fresh_tokens, fresh_logits = continue_greedy(fresh, 0, suffix, len(doc))
-    print(f"\n[snapshot n_doc={n_doc}] bytes={snap.nbytes} capture={snap.capture_ms:.2f} ms "
-          f"restore same-ctx={restore_same_ms:.2f} ms fresh={restore_fresh_ms:.2f} ms "
-          f"NMSE seq1={nmse(seq1_logits[0], ref_logits[0]):.3g} "
-          f"fresh={nmse(fresh_logits[0], ref_logits[0]):.3g}")
+    print(
+        f"\n[snapshot n_doc={n_doc}] bytes={snap.nbytes} capture={snap.capture_ms:.2f} ms "
+        f"restore same-ctx={restore_same_ms:.2f} ms fresh={restore_fresh_ms:.2f} ms "
+        f"NMSE seq1={nmse(seq1_logits[0], ref_logits[0]):.3g} "
+        f"fresh={nmse(fresh_logits[0], ref_logits[0]):.3g}"
+    )
     assert len(ref_tokens) == 32
     assert seq1_tokens == ref_tokens
     assert fresh_tokens == ref_tokens
@@ -49,8 +52,16 @@ def test_restore_matches_uninterrupted_context(model: sk.Model, n_doc: int) -> N
     assert nmse(fresh_logits[0], ref_logits[0]) <= NMSE_LIMIT
 
 
-def _max_step_nmse(model: sk.Model, doc: list[int], suffix: list[int], *, swa_full: bool,
-                   flags: int | None, flash_attn: str = "auto", n: int = 1) -> float:
+def _max_step_nmse(
+    model: sk.Model,
+    doc: list[int],
+    suffix: list[int],
+    *,
+    swa_full: bool,
+    flags: int | None,
+    flash_attn: str = "auto",
+    n: int = 1,
+) -> float:
     """Largest NMSE over n greedy steps between the source context and a restored one."""
     cfg = {"n_ctx": 2048, "swa_full": swa_full, "flash_attn": flash_attn}
     with sk.HostBufferPool() as pool:
@@ -78,7 +89,10 @@ def test_swa_full_false_drifts_past_the_window(model: sk.Model) -> None:
 
 @pytest.mark.parametrize(
     ("flash_attn", "prompt"),
-    [("off", "\nHow many dogs are there?"), ("auto", "\nTranslate the first sentence into French:")],
+    [
+        ("off", "\nHow many dogs are there?"),
+        ("auto", "\nTranslate the first sentence into French:"),
+    ],
 )
 def test_keeping_swa_masked_cells_is_what_makes_restore_exact(
     model: sk.Model, flash_attn: str, prompt: str
@@ -91,8 +105,10 @@ def test_keeping_swa_masked_cells_is_what_makes_restore_exact(
     kw = {"swa_full": True, "flash_attn": flash_attn, "n": 32}
     without = _max_step_nmse(model, doc, suffix, flags=0, **kw)
     with_flag = _max_step_nmse(model, doc, suffix, flags=None, **kw)
-    print(f"\n[KEEP_SWA_MASKED fa={flash_attn}] without: max NMSE {without:.3g}   "
-          f"with: {with_flag:.3g}")
+    print(
+        f"\n[KEEP_SWA_MASKED fa={flash_attn}] without: max NMSE {without:.3g}   "
+        f"with: {with_flag:.3g}"
+    )
     assert with_flag == 0.0
     assert without > NMSE_LIMIT
 

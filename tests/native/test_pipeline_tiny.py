@@ -1,0 +1,156 @@
+"""Pipeline behaviour on the tiny model: validation before native work, failure isolation,
+branch dependencies, timeouts, and exactness of host/fork-exact against the baseline."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+import pytest
+
+import swarmkv
+import swarmkv.fidelity
+from swarmkv import Context, Model
+from swarmkv.errors import ConfigError, ContextBudgetError, CycleError, DagError, PipelineError
+from swarmkv.handoff import ForkOptions
+from swarmkv.pipeline import Pipeline
+
+DOC = "SwarmKV prefills a shared document once and fans it out to many branches. " * 6
+MODES = ("baseline", "host", "fork")
+
+
+def _pipe(model: Model, **kw: Any) -> Pipeline:
+    p = Pipeline(model, n_threads=1, **kw)
+    p.prefill("doc", text=DOC)
+    return p
+
+
+@pytest.fixture()
+def no_native_contexts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any llama context is created (validation must come first)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a llama context was created before validation finished")
+
+    monkeypatch.setattr(Context, "__init__", refuse)
+
+
+@pytest.mark.usefixtures("no_native_contexts")
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (
+            lambda p: p.branch("a", prompt="hi", n_predict=5000),
+            ContextBudgetError,
+            "n_predict 5000",
+        ),
+        (lambda p: p.branch("a", prompt="   "), ConfigError, "prompt is empty"),
+        (lambda p: p.branch("a", prompt="hi", n_predict=0), ConfigError, "n_predict"),
+        (
+            lambda p: p.branch("a", prompt="hi", required_prefix_tokens=10_000),
+            ConfigError,
+            "exceeds the document",
+        ),
+        (
+            lambda p: p.branch("a", prompt="hi", after=["doc", "b"]).branch(
+                "b", prompt="x", after=["a"]
+            ),
+            CycleError,
+            "a -> b -> a|b -> a -> b",
+        ),
+        (lambda p: p.branch("a", prompt="hi", after="nowhere"), DagError, "nowhere"),
+        (
+            lambda p: p.branch("a", prompt="use {b}", after="doc").branch("b", prompt="x"),
+            ConfigError,
+            "after=",
+        ),
+    ],
+)
+def test_bad_pipelines_fail_before_native_work(
+    tiny_model: Model, build: Any, error: type, match: str
+) -> None:
+    p = _pipe(tiny_model, n_ctx=512)
+    with pytest.raises(error, match=match):
+        build(p)
+        p.run(mode="host")
+
+
+@pytest.mark.usefixtures("no_native_contexts")
+def test_unknown_mode_and_empty_document(tiny_model: Model, tmp_path: Any) -> None:
+    p = _pipe(tiny_model).branch("a", prompt="hi")
+    with pytest.raises(ConfigError, match="unknown mode 'turbo'"):
+        p.run(mode="turbo")
+    with pytest.raises(ConfigError, match="empty"):
+        Pipeline(tiny_model).prefill("doc", text=" \n ")
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        Pipeline(tiny_model).prefill("doc", path=tmp_path / "empty.txt")
+    with pytest.raises(ConfigError, match="not found"):
+        Pipeline(tiny_model).prefill("doc", path=tmp_path / "missing.txt")
+    with pytest.raises(ConfigError, match="no branches"):
+        _pipe(tiny_model).run()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_raising_branch_leaves_others_intact_and_frees_everything(
+    tiny_model: Model, mode: str
+) -> None:
+    def explode(name: str, token: int, piece: str) -> None:
+        raise RuntimeError(f"{name} callback failed")
+
+    p = _pipe(tiny_model)
+    p.branch("good", prompt=" first", n_predict=6)
+    p.branch("bad", prompt=" second", n_predict=6, on_token=explode)
+    p.branch("downstream", prompt=" after {bad}", after=["doc", "bad"], n_predict=4)
+    p.branch("also_good", prompt=" third", n_predict=6)
+    with p:
+        res = p.run(mode=mode, raise_on_failure=False)
+        assert res.outcomes["bad"].status == "failed"
+        assert "callback failed" in str(res.outcomes["bad"].error)
+        assert res.outcomes["downstream"].status == "skipped"
+        assert "bad" in (res.outcomes["downstream"].reason or "")
+        for name in ("good", "also_good"):
+            assert res.outcomes[name].status == "ok" and len(res[name].tokens) >= 1
+        with pytest.raises(PipelineError, match="bad"):
+            p.run(mode=mode)
+        assert p._pool is not None and p._pool.stats().bytes_in_use == 0
+        p._pool.check()
+    gc.collect()
+    live = [o for o in gc.get_objects() if isinstance(o, Context) and not o.closed]
+    assert live == [], f"{len(live)} contexts left open"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_branch_uses_upstream_text(tiny_model: Model, mode: str) -> None:
+    p = _pipe(tiny_model)
+    p.branch("first", prompt=" Topic:", n_predict=4)
+    p.branch("second", prompt=" More on {first}:", after=["doc", "first"], n_predict=4)
+    with p:
+        res = p.run(mode=mode)
+    assert res["second"].prompt_tokens > len(tiny_model.tokenize(" More on :", add_special=False))
+    assert res["second"].first_token_ms > res["first"].end_ms - 1e-6
+
+
+def test_timeout_and_cancel_return_promptly(tiny_model: Model) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    p = _pipe(tiny_model).branch("a", prompt=" x", n_predict=50)
+    with p:
+        res = p.run(mode="host", cancel=cancel, raise_on_failure=False)
+    assert res.outcomes["a"].status in ("cancelled", "skipped")
+
+
+@pytest.mark.parametrize("fork", [None, ForkOptions("streams", "per_branch")])
+def test_exact_modes_equal_baseline_on_tiny_model(
+    tiny_model: Model, fork: ForkOptions | None
+) -> None:
+    prompts = {"a": " one", "b": " two two", "c": " three three three"}
+    with _pipe(tiny_model, fork=fork) as p:
+        for name, prompt in prompts.items():
+            p.branch(name, prompt=prompt, n_predict=8)
+        base = p.run(mode="baseline", keep_logits=True)
+        other = p.run(mode="fork" if fork else "host", keep_logits=True)
+    for name in prompts:
+        assert other[name].tokens == base[name].tokens, name
+        assert swarmkv.fidelity.nmse(other[name].first_logits, base[name].first_logits) == 0.0
