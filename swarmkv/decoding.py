@@ -30,6 +30,30 @@ from .llama import Context, Model
 TokenCallback = Callable[[str, int, str], None]
 
 
+@dataclass
+class DecodeStats:
+    """Where decode time goes, summed over a run (nanoseconds). Python overhead of a
+    generation step is everything in the step but llama_decode: batch filling, sampling,
+    stop checks, callbacks."""
+
+    prompt_ns: int = 0
+    prompt_decodes: int = 0
+    gen_steps: int = 0
+    gen_step_ns: int = 0
+    gen_decode_ns: int = 0
+
+    def to_ms(self) -> dict[str, float]:
+        step = self.gen_step_ns or 1
+        return {
+            "prompt_ms": self.prompt_ns / 1e6,
+            "gen_steps": float(self.gen_steps),
+            "gen_ms": self.gen_step_ns / 1e6,
+            "gen_decode_ms": self.gen_decode_ns / 1e6,
+            "gen_ms_per_step": self.gen_step_ns / 1e6 / max(self.gen_steps, 1),
+            "python_overhead_pct": 100.0 * (self.gen_step_ns - self.gen_decode_ns) / step,
+        }
+
+
 def chunk_bounds(n_tokens: int, n_batch: int, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
     """[start, end) chunks of at most n_batch tokens; every cut (watermark) is a boundary.
 
@@ -163,7 +187,11 @@ def _take_safely(ctx: Context, state: BranchState, row: int) -> None:
 
 
 def decode_prompts(
-    ctx: Context, states: Sequence[BranchState], batch: Batch, packing: str = "batched"
+    ctx: Context,
+    states: Sequence[BranchState],
+    batch: Batch,
+    packing: str = "batched",
+    stats: DecodeStats | None = None,
 ) -> None:
     """Decode every branch's prompt, packed into as few batches as n_batch allows.
 
@@ -173,8 +201,9 @@ def decode_prompts(
     """
     if packing == "per_branch" and len(states) > 1:
         for state in states:
-            decode_prompts(ctx, [state], batch)
+            decode_prompts(ctx, [state], batch, packing, stats)
         return
+    t0 = time.perf_counter_ns()
     rows = [(s, k) for s in states for k in range(len(s.prompt_tokens))]
     cap = min(batch.capacity, ctx.n_batch)
     for lo in range(0, len(rows), cap):
@@ -189,6 +218,10 @@ def decode_prompts(
         ctx.decode(batch)
         for state, row in last_rows:
             _take_safely(ctx, state, row)
+        if stats is not None:
+            stats.prompt_decodes += 1
+    if stats is not None:
+        stats.prompt_ns += time.perf_counter_ns() - t0
 
 
 def generation_loop(
@@ -197,6 +230,7 @@ def generation_loop(
     batch: Batch,
     check_cancelled: Callable[[], None] | None = None,
     packing: str = "batched",
+    stats: DecodeStats | None = None,
 ) -> None:
     """Generate until every branch stops; finished branches free their cells (seq_rm).
 
@@ -210,17 +244,26 @@ def generation_loop(
         if check_cancelled is not None:
             check_cancelled()
         for group in [live] if packing == "batched" else [[s] for s in live]:
-            _step(ctx, group, batch)
+            _step(ctx, group, batch, stats)
         for state in live:
             if state.done:
                 ctx.seq_rm(state.seq_id)
         live = [s for s in live if not s.done]
 
 
-def _step(ctx: Context, group: Sequence[BranchState], batch: Batch) -> None:
+def _step(
+    ctx: Context, group: Sequence[BranchState], batch: Batch, stats: DecodeStats | None
+) -> None:
+    t0 = time.perf_counter_ns()
     batch.clear()
     rows = [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in group]
+    t1 = time.perf_counter_ns()
     ctx.decode(batch)
+    t2 = time.perf_counter_ns()
     for state, row in rows:
         state.pos += 1
         _take_safely(ctx, state, row)
+    if stats is not None:
+        stats.gen_steps += 1
+        stats.gen_decode_ns += t2 - t1
+        stats.gen_step_ns += time.perf_counter_ns() - t0

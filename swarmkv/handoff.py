@@ -19,7 +19,14 @@ from .batch import Batch
 from .budget import DEFAULT_HEADROOM, round_ctx
 from .concurrency import ConcurrencyPolicy
 from .dag import Dag, Dep, NodeContext
-from .decoding import BranchState, chunk_bounds, decode_prompts, generation_loop, new_state
+from .decoding import (
+    BranchState,
+    DecodeStats,
+    chunk_bounds,
+    decode_prompts,
+    generation_loop,
+    new_state,
+)
 from .decoding import prefill_chunks as _prefill
 from .kvmath import estimate_kv_bytes
 from .llama import Context, ContextConfig, Model
@@ -71,6 +78,7 @@ class Plan:
     policy: ConcurrencyPolicy
     t0_ns: int
     fork: ForkOptions = field(default_factory=ForkOptions)
+    stats: DecodeStats = field(default_factory=DecodeStats)
     keep_logits: bool | str = False
     progress: Callable[[int, int], None] | None = None
     prefill_ns: list[int] = field(default_factory=list)
@@ -166,8 +174,8 @@ def _prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
 
 def _run_branch(plan: Plan, ctx: Context, states: list[BranchState], nctx: NodeContext) -> None:
     with Batch(max(plan.base.n_batch, len(states)), 1) as batch:
-        decode_prompts(ctx, states, batch, plan.fork.packing)
-        generation_loop(ctx, states, batch, nctx.check_cancelled, plan.fork.packing)
+        decode_prompts(ctx, states, batch, plan.fork.packing, plan.stats)
+        generation_loop(ctx, states, batch, nctx.check_cancelled, plan.fork.packing, plan.stats)
 
 
 # -- host ---------------------------------------------------------------------------------

@@ -311,4 +311,5 @@ def _collect(plan: Plan, opts: RunOptions, dres: DagResult, t_end: int) -> Pipel
         branches=branches,
         outcomes=outcomes,
         kv_bytes=plan.kv_bytes,
+        decode_stats=plan.stats.to_ms(),
     )

@@ -75,6 +75,7 @@ class PipelineResult:
     branches: dict[str, BranchResult]
     outcomes: dict[str, NodeOutcome]
     kv_bytes: int | None = None  # resident KV cache bytes of the branch context(s)
+    decode_stats: dict[str, float] = field(default_factory=dict)  # see decoding.DecodeStats
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,7 @@ class PipelineResult:
             "snapshot_bytes": self.snapshot_bytes,
             "e2e_ms": self.e2e_ms,
             "kv_bytes": self.kv_bytes,
+            "decode_stats": self.decode_stats,
             "branches": [b.to_dict() for b in self.branches.values()],
             "nodes": {
                 n: {"status": o.status, "reason": o.reason} for n, o in self.outcomes.items()

@@ -1,0 +1,113 @@
+"""`swarmkv bench`: argument parsing and the call into the harness (no logic of its own)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError
+from .workload import BenchConfig
+
+PAPER_DOC_TOKENS = 3501
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = sub.add_parser("bench", help="benchmark baseline vs SwarmKV modes (and llama-server)")
+    p.add_argument(
+        "--paper",
+        action="store_true",
+        help="the paper's setup: 3501-token fox document, 2 branches, n_ctx 4096, "
+        "16 generated tokens, 3 trials + warm-up",
+    )
+    p.add_argument("--branches", default="2", help="comma list of branch counts, e.g. 1,2,4,8")
+    p.add_argument("--doc-tokens", default=str(PAPER_DOC_TOKENS), help="comma list of sizes")
+    p.add_argument(
+        "--modes",
+        default="baseline,host,fork",
+        help="comma list: baseline, host, fork, variants like fork+exact, "
+        "fork+streams, fork+per_branch, fork+fa_off, host+swa_window, and peers "
+        "server-np1, server-npN",
+    )
+    p.add_argument("-n", "--n-predict", type=int, default=32)
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--doc", type=Path, default=None, help="a real text file instead of the fox")
+    p.add_argument("-m", "--model", type=Path, default=None)
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=None)
+    p.add_argument("--peers", action="store_true", help="add server-np1,server-npN to --modes")
+    p.add_argument("--out", type=Path, default=Path("results"))
+    p.set_defaults(func=run)
+    return p
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--{what}: expected a comma list of integers, got {text!r}") from exc
+    if not values or min(values) < 1:
+        raise ConfigError(f"--{what}: values must be >= 1, got {text!r}")
+    return values
+
+
+def configs_of(args: argparse.Namespace) -> tuple[BenchConfig, ...]:
+    if args.paper:
+        return (BenchConfig(2, PAPER_DOC_TOKENS, 16),)
+    return tuple(
+        BenchConfig(n, d, args.n_predict)
+        for d in _ints(args.doc_tokens, "doc-tokens")
+        for n in _ints(args.branches, "branches")
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..models import default_model_path
+    from .output import write_outputs
+    from .runner import BenchOptions, run_bench
+
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if args.peers:
+        modes += ("server-np1", "server-npN")
+    opts = BenchOptions(
+        model_path=args.model or default_model_path(),
+        configs=configs_of(args),
+        modes=modes,
+        trials=args.trials,
+        warmup=args.warmup,
+        threads=args.threads,
+        n_ctx=args.ctx_size or (4096 if args.paper else None),
+        doc_path=args.doc,
+        paper=args.paper,
+        out_dir=args.out,
+        command=shlex.join(["swarmkv", *sys.argv[1:]]),
+    )
+    total = len(opts.configs) * (opts.trials + opts.warmup)
+    bench = run_bench(opts, progress=_ProgressBar(total))
+    outputs = write_outputs(bench)
+    sys.stdout.write(f"wrote {len(outputs.files)} files to {outputs.out_dir}\n")
+    for t in outputs.targets:
+        sys.stdout.write(
+            f"  {t.status:12s} {t.name}: "
+            f"{'n/a' if t.value is None else f'{t.value:.2f}'} {t.op} {t.threshold}\n"
+        )
+    return 0
+
+
+class _ProgressBar:
+    """One tick per finished trial, labelled with what is running (only on a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="trial", disable=not sys.stderr.isatty())
+        self.key: str | None = None
+
+    def __call__(self, message: str) -> None:
+        key = message.rsplit(" ", 1)[0]  # "<config> trial <t>"
+        if self.key is not None and key != self.key:
+            self.bar.update(1)
+        self.key = key
+        self.bar.set_description(message)

@@ -1,0 +1,74 @@
+"""Benchmark mode names: a handoff mode plus variants, e.g. "fork+streams+per_branch".
+
+| variant     | meaning                                                            |
+|-------------|--------------------------------------------------------------------|
+| streams     | fork: one KV stream per sequence (seq_cp copies the prefix)       |
+| per_branch  | fork: one decode per branch per step (the baseline's shapes)       |
+| exact       | fork: streams + per_branch (bit-identical to the baseline)         |
+| fa_off      | flash attention off (default: auto, i.e. on for the CPU)           |
+| swa_window  | swa_full=False: window-sized SWA cache (smaller, not exact)        |
+
+A variant's fidelity reference is the baseline with the same swa_window/fa_off variants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..handoff import MODES, ForkOptions
+
+VARIANTS = ("streams", "per_branch", "exact", "fa_off", "swa_window")
+PEERS = ("server-np1", "server-npN")
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    name: str
+    mode: str  # host | fork | baseline
+    fork: ForkOptions
+    flash_attn: str
+    swa_full: bool | None
+
+    @property
+    def reference(self) -> str:
+        """The baseline mode name this mode's fidelity is judged against."""
+        shared = [v for v in ("fa_off", "swa_window") if f"+{v}" in self.name]
+        return "+".join(["baseline", *shared])
+
+
+def parse_mode(name: str) -> ModeSpec:
+    head, *variants = name.split("+")
+    if head not in MODES:
+        raise ConfigError(f"unknown bench mode {name!r}: starts with one of {', '.join(MODES)}")
+    for v in variants:
+        if v not in VARIANTS:
+            raise ConfigError(f"unknown variant {v!r} in {name!r}; known: {', '.join(VARIANTS)}")
+    exact = "exact" in variants
+    fork = ForkOptions(
+        layout="streams" if exact or "streams" in variants else "unified",
+        packing="per_branch" if exact or "per_branch" in variants else "batched",
+    )
+    return ModeSpec(
+        name=name,
+        mode=head,
+        fork=fork,
+        flash_attn="off" if "fa_off" in variants else "auto",
+        swa_full=False if "swa_window" in variants else None,
+    )
+
+
+def split_modes(names: list[str]) -> tuple[list[ModeSpec], list[str]]:
+    """SwarmKV modes (with every reference baseline they need, baselines first) and peers."""
+    specs: dict[str, ModeSpec] = {}
+    peers = []
+    for name in names:
+        if name in PEERS:
+            peers.append(name)
+            continue
+        spec = parse_mode(name)
+        ref = parse_mode(spec.reference)
+        specs.setdefault(ref.name, ref)
+        specs.setdefault(name, spec)
+    ordered = sorted(specs.values(), key=lambda s: s.mode != "baseline")
+    return ordered, peers

@@ -1,0 +1,200 @@
+"""The benchmark loop: every config, trials alternating baseline and SwarmKV modes in one
+process after warm-up, fidelity checked on every trial, peers when built (measuring.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import LLAMA_CPP_COMMIT
+from ..llama import Model, default_threads
+from ..pipeline import Pipeline
+from ..results import PipelineResult
+from .modes import ModeSpec, split_modes
+from .records import TrialRecord, from_pipeline_result
+from .sysinfo import PeakRSS, cpu_name
+from .workload import BenchConfig, document, prompts_for
+
+log = logging.getLogger("swarmkv.bench")
+
+# Keeping every step's logits (4 bytes x 262k vocab) lets a divergence be judged as a
+# near-tie; past this many branch-steps only the first step is kept, to bound memory.
+ALL_LOGITS_LIMIT = 1200
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    model_path: Path
+    configs: tuple[BenchConfig, ...]
+    modes: tuple[str, ...] = ("baseline", "host", "fork")
+    trials: int = 3
+    warmup: int = 1
+    threads: int | None = None
+    n_batch: int = 512
+    n_ctx: int | None = None
+    doc_path: Path | None = None
+    paper: bool = False
+    out_dir: Path = Path("results")
+    command: str = ""
+    peer_bin: Path | None = None
+
+
+@dataclass
+class BenchRun:
+    options: BenchOptions
+    records: list[TrialRecord] = field(default_factory=list)
+    setup: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[str], None]
+
+
+def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
+    specs, peers = split_modes(list(opts.modes))
+    run = BenchRun(opts)
+    with Model(opts.model_path) as model:
+        run.setup = _setup(opts, model)
+        for cfg in opts.configs:
+            doc = document(model, cfg.doc_tokens, opts.doc_path)
+            prompts = prompts_for(cfg.n_branches, opts.paper)
+            pipes = {s.name: _pipeline(opts, model, s, doc, prompts, cfg) for s in specs}
+            try:
+                for trial in range(-opts.warmup, opts.trials):
+                    base = _trial(run, cfg, trial, specs, pipes, progress)
+                    _peer_trials(run, cfg, trial, peers, doc, prompts, base, progress)
+            finally:
+                for p in pipes.values():
+                    p.close()
+    return run
+
+
+def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
+    return {
+        "model": model.path.name,
+        "model_params": model.n_params,
+        "llama_cpp_commit": LLAMA_CPP_COMMIT,
+        "threads": opts.threads or default_threads(),
+        "cpu": cpu_name(),
+        "gpu": "none (CPU backend)",
+        "kv_dtype": "f16",
+        "swa_full": "true (default; +swa_window variants: false)",
+        "flash_attn": "auto (on for CPU; +fa_off variants: off)",
+        "n_batch": opts.n_batch,
+        "n_ctx": opts.n_ctx or "smallest that fits (rounded to 256)",
+        "trials": opts.trials,
+        "warmup": opts.warmup,
+        "document": str(opts.doc_path) if opts.doc_path else "synthetic fox sentence",
+    }
+
+
+def _pipeline(
+    opts: BenchOptions, model: Model, spec: ModeSpec, doc: str, prompts: list[str], cfg: BenchConfig
+) -> Pipeline:
+    p = Pipeline(
+        model,
+        n_ctx=_n_ctx(opts, spec, cfg),
+        n_batch=opts.n_batch,
+        n_threads=opts.threads,
+        swa_full=spec.swa_full,
+        flash_attn=spec.flash_attn,  # type: ignore[arg-type]
+        fork=spec.fork,
+    )
+    p.prefill("doc", text=doc)
+    for i, prompt in enumerate(prompts):
+        p.branch(f"b{i + 1}", prompt=prompt, n_predict=cfg.n_predict)
+    return p
+
+
+def _n_ctx(opts: BenchOptions, spec: ModeSpec, cfg: BenchConfig) -> int | None:
+    # A fixed n_ctx (the paper's 4096) sizes per-branch contexts; the unified fork context
+    # holds every branch, so it is sized by the budget instead.
+    if spec.mode == "fork" and spec.fork.layout == "unified" and cfg.n_branches > 1:
+        return None
+    return opts.n_ctx
+
+
+def _trial(
+    run: BenchRun,
+    cfg: BenchConfig,
+    trial: int,
+    specs: list[ModeSpec],
+    pipes: dict[str, Pipeline],
+    progress: Progress | None,
+) -> dict[str, list[int]]:
+    """Run every mode once; returns the plain baseline's tokens per branch (for peers)."""
+    keep: bool | str = "all" if cfg.n_branches * cfg.n_predict <= ALL_LOGITS_LIMIT else True
+    done: dict[str, PipelineResult] = {}
+    for spec in specs:  # baselines first: every other mode is checked against its reference
+        if progress:
+            progress(f"{cfg.config_id} trial {trial} {spec.name}")
+        with PeakRSS() as rss:
+            res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
+        ref = done.get(spec.reference) if spec.name != spec.reference else None
+        rec = from_pipeline_result(
+            res,
+            config_id=cfg.config_id,
+            trial=trial,
+            n_predict=cfg.n_predict,
+            is_warmup=trial < 0,
+            baseline=ref,
+            peak_rss_bytes=rss.peak,
+            n_branches=cfg.n_branches,
+            doc_tokens=cfg.doc_tokens,
+            extra=res.decode_stats,
+        )
+        run.records.append(dataclasses.replace(rec, mode=spec.name))
+        if spec.mode == "baseline":
+            done[spec.name] = res
+    base = done.get("baseline")
+    return {n: list(b.tokens) for n, b in base.branches.items()} if base else {}
+
+
+def _peer_trials(
+    run: BenchRun,
+    cfg: BenchConfig,
+    trial: int,
+    peers: list[str],
+    doc: str,
+    prompts: list[str],
+    base: dict[str, list[int]],
+    progress: Progress | None,
+) -> None:
+    if not peers:
+        return
+    from . import peer
+
+    binary = run.options.peer_bin or peer.find_llama_server()
+    if binary is None:
+        note = "llama-server peers skipped: not built (run bench/build_llama_server.sh)"
+        if note not in run.notes:
+            log.warning(note)
+            run.notes.append(note)
+        return
+    for name in peers:
+        if progress:
+            progress(f"{cfg.config_id} trial {trial} {name}")
+        rec = peer.run_peer_trial(
+            binary,
+            run.options.model_path,
+            doc=doc,
+            prompts=prompts,
+            n_predict=cfg.n_predict,
+            threads=run.options.threads or default_threads(),
+            setup=name.split("-")[1],
+            swa_full=True,
+            flash_attn="auto",
+            n_batch=run.options.n_batch,
+            config_id=cfg.config_id,
+            trial=trial,
+            is_warmup=trial < 0,
+            baseline_tokens=base or None,
+            branch_names=[f"b{i + 1}" for i in range(cfg.n_branches)],
+        )
+        run.records.append(
+            dataclasses.replace(rec, n_branches=cfg.n_branches, doc_tokens=cfg.doc_tokens)
+        )

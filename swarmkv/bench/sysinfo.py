@@ -1,0 +1,63 @@
+"""Measurements of the machine itself: peak RSS sampling, memcpy bandwidth, CPU name."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class PeakRSS:
+    """Samples this process's RSS every few ms while active (ru_maxrss only ever grows, so it
+    cannot tell one trial's peak from an earlier one's)."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="swarmkv-rss", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes())
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = rss_bytes()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+
+def memcpy_ms(nbytes: int, repeats: int = 7) -> float:
+    """Best time to copy nbytes between two warm buffers on this machine."""
+    src = np.ones(max(nbytes, 1), dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter_ns()
+        np.copyto(dst, src)
+        best = min(best, (time.perf_counter_ns() - t) / 1e6)
+    return best
+
+
+def cpu_name() -> str:
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        for line in info.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"

@@ -1,0 +1,178 @@
+"""The issue's targets, computed from one run's medians (checked by reading, never by tests)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from .metrics import ModeSummary, Speedup
+from .records import TrialRecord
+from .report import Target
+from .sysinfo import memcpy_ms
+
+PAPER = "N2-D3501-P16"
+WIDE = "N32-D3501-P32"
+Summaries = dict[tuple[str, str], ModeSummary]
+
+
+def _speedup(sp: Sequence[Speedup], cfg: str, mode: str, base: str = "baseline") -> float | None:
+    for s in sp:
+        if s.config_id == cfg and s.mode == mode and s.baseline_mode == base:
+            return s.speedup_e2e
+    return None
+
+
+def _activation(sp: Sequence[Speedup], cfg: str, mode: str, i: int) -> float | None:
+    for s in sp:
+        if s.config_id == cfg and s.mode == mode and s.baseline_mode == "baseline":
+            return s.activation_at(i)
+    return None
+
+
+def _extra(records: Sequence[TrialRecord], cfg: str, mode: str, key: str) -> float | None:
+    vals = [
+        r.extra[key]
+        for r in records
+        if r.config_id == cfg and r.mode == mode and not r.is_warmup and key in r.extra
+    ]
+    return statistics.median(vals) if vals else None
+
+
+def _last_first_token(records: Sequence[TrialRecord], cfg: str, mode: str) -> float | None:
+    vals = [
+        max(r.first_token_ms)
+        for r in records
+        if r.config_id == cfg and r.mode == mode and not r.is_warmup and r.first_token_ms
+    ]
+    return statistics.median(vals) if vals else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def paper_targets(sp: Sequence[Speedup]) -> list[Target]:
+    return [
+        Target("paper: fork speedup_e2e", _speedup(sp, PAPER, "fork"), 1.85, ">=", "x"),
+        Target("paper: host speedup_e2e", _speedup(sp, PAPER, "host"), 1.85, ">=", "x"),
+        Target(
+            "paper: host speedup_activation[1]",
+            _activation(sp, PAPER, "host", 1),
+            52,
+            ">=",
+            "x",
+            "branch 2, to its first generated token",
+        ),
+        Target(
+            "paper: fork speedup_activation[1] (reported)",
+            _activation(sp, PAPER, "fork", 1),
+            1.0,
+            ">=",
+            "x",
+            "no target; reported",
+        ),
+    ]
+
+
+def wide_targets(
+    summaries: Summaries, sp: Sequence[Speedup], records: Sequence[TrialRecord]
+) -> list[Target]:
+    fork_e2e = _median(summaries, WIDE, "fork")
+    np1_first = _last_first_token(records, WIDE, "server-np1")
+    fork_first = _last_first_token(records, WIDE, "fork")
+    return [
+        Target("32 branches: fork vs baseline e2e", _speedup(sp, WIDE, "fork"), 12, ">=", "x"),
+        Target(
+            "32 branches: fork vs llama-server -np N e2e",
+            _ratio(_median(summaries, WIDE, "server-npN"), fork_e2e),
+            10,
+            ">=",
+            "x",
+        ),
+        Target(
+            "32 branches: fork vs llama-server -np 1 e2e",
+            _ratio(_median(summaries, WIDE, "server-np1"), fork_e2e),
+            1.0,
+            ">=",
+            "x",
+            "no slower",
+        ),
+        Target(
+            "32 branches: last first token, llama-server -np 1 / fork",
+            _ratio(np1_first, fork_first),
+            2.0,
+            ">=",
+            "x",
+            "from pipeline start",
+        ),
+        Target("32 branches: host vs baseline e2e", _speedup(sp, WIDE, "host"), 8, ">=", "x"),
+        Target(
+            "32 branches: fork Python overhead per generation step",
+            _extra(records, WIDE, "fork", "python_overhead_pct"),
+            5.0,
+            "<=",
+            "%",
+            "everything in a step but llama_decode",
+        ),
+        _kv_target(summaries),
+    ]
+
+
+def restore_target(summaries: Summaries, config_id: str) -> Target | None:
+    """host restore per branch against a memcpy of snapshot_bytes, measured now."""
+    s = summaries.get((config_id, "host"))
+    if s is None or s.restore_all_ms is None or s.snapshot_bytes is None:
+        return None
+    copy = memcpy_ms(int(s.snapshot_bytes.median))
+    return Target(
+        f"{config_id}: host restore / memcpy(snapshot_bytes)",
+        s.restore_all_ms.median / copy,
+        3.0,
+        "<=",
+        "x",
+        f"memcpy of {s.snapshot_bytes.median / 2**20:.1f} MiB took {copy:.2f} ms",
+    )
+
+
+def _kv_target(summaries: Summaries) -> Target:
+    one = next(
+        (
+            s
+            for (c, m), s in summaries.items()
+            if m == "fork" and s.n_branches == 1 and c.endswith("-D3501-P32")
+        ),
+        None,
+    )
+    wide = summaries.get((WIDE, "fork"))
+    value = None
+    if one and wide and one.kv_bytes and wide.kv_bytes:
+        value = wide.kv_bytes.median / one.kv_bytes.median
+    return Target(
+        "fork KV memory, 32 branches / 1 branch",
+        value,
+        1.5,
+        "<=",
+        "x",
+        "cells in use x bytes per cell (needs --branches 1,32)",
+    )
+
+
+def _median(summaries: Summaries, cfg: str, mode: str) -> float | None:
+    s = summaries.get((cfg, mode))
+    return s.e2e_ms.median if s and s.e2e_ms else None
+
+
+def all_targets(
+    summaries: Summaries, sp: Sequence[Speedup], records: Sequence[TrialRecord]
+) -> list[Target]:
+    configs = {c for c, _ in summaries}
+    out: list[Target] = []
+    if PAPER in configs:
+        out += paper_targets(sp)
+    if WIDE in configs:
+        out += wide_targets(summaries, sp, records)
+    for cfg in sorted(configs):
+        t = restore_target(summaries, cfg)
+        if t is not None:
+            out.append(t)
+    return out
