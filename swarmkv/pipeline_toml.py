@@ -133,11 +133,15 @@ class PipelineSpec:
         """Pipeline.branch() keyword arguments: the branch's values, else [settings]'."""
         s = self.settings
         return {
-            "prompt": b.prompt, "after": b.after or None,
+            "prompt": b.prompt,
+            "after": b.after or None,
             "n_predict": _first(b.n_predict, s.n_predict, DEFAULT_N_PREDICT),
             "temperature": _first(b.temperature, s.temperature, 0.0),
-            "top_k": b.top_k, "top_p": b.top_p, "min_p": b.min_p,
-            "seed": _first(b.seed, s.seed, 0), "stop": b.stop,
+            "top_k": b.top_k,
+            "top_p": b.top_p,
+            "min_p": b.min_p,
+            "seed": _first(b.seed, s.seed, 0),
+            "stop": b.stop,
             "required_prefix_tokens": b.required_prefix_tokens,
         }
 
@@ -168,14 +172,28 @@ _STRS: _Kind = (_is_str_list, "a list of strings")
 _STR_OR_STRS: _Kind = (lambda v: isinstance(v, str) or _is_str_list(v), "a string or strings")
 
 _SETTINGS_KEYS: dict[str, _Kind] = {
-    "mode": _STR, "model": _STR, "ctx_size": _INT, "threads": _INT, "n_batch": _INT,
-    "n_predict": _INT, "temperature": _FLOAT, "seed": _INT,
+    "mode": _STR,
+    "model": _STR,
+    "ctx_size": _INT,
+    "threads": _INT,
+    "n_batch": _INT,
+    "n_predict": _INT,
+    "temperature": _FLOAT,
+    "seed": _INT,
 }
 _DOCUMENT_KEYS: dict[str, _Kind] = {"name": _STR, "path": _STR, "text": _STR}
 _BRANCH_KEYS: dict[str, _Kind] = {
-    "name": _STR, "prompt": _STR, "after": _STR_OR_STRS, "n_predict": _INT,
-    "required_prefix_tokens": _INT, "temperature": _FLOAT, "top_k": _INT, "top_p": _FLOAT,
-    "min_p": _FLOAT, "seed": _INT, "stop": _STRS,
+    "name": _STR,
+    "prompt": _STR,
+    "after": _STR_OR_STRS,
+    "n_predict": _INT,
+    "required_prefix_tokens": _INT,
+    "temperature": _FLOAT,
+    "top_k": _INT,
+    "top_p": _FLOAT,
+    "min_p": _FLOAT,
+    "seed": _INT,
+    "stop": _STRS,
 }
 _TOP_KEYS = ("settings", "document", "branch")
 
@@ -193,8 +211,9 @@ def _checked(table: Mapping[str, Any], where: str, kinds: dict[str, _Kind]) -> d
             raise _unknown(where, key, list(kinds))
         check, what = kinds[key]
         if not check(value):
-            raise ConfigError(f"{where}: {key!r} must be {what}, got {type(value).__name__} "
-                              f"{value!r}")
+            raise ConfigError(
+                f"{where}: {key!r} must be {what}, got {type(value).__name__} {value!r}"
+            )
     return dict(table)
 
 
@@ -217,8 +236,9 @@ def _settings(data: Mapping[str, Any], base_dir: Path, label: str) -> Settings:
     values = _checked(_table(data, "settings", label), where, _SETTINGS_KEYS)
     _positive(where, values, "ctx_size", "threads", "n_batch", "n_predict")
     if "mode" in values and values["mode"] not in MODES:
-        raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, "
-                          f"got {values['mode']!r}")
+        raise ConfigError(
+            f"{where}: mode must be one of {', '.join(MODES)}, got {values['mode']!r}"
+        )
     if "model" in values:
         values["model"] = base_dir / Path(values["model"]).expanduser()
     if "temperature" in values:
@@ -270,16 +290,21 @@ def _branches(data: Mapping[str, Any], label: str) -> tuple[BranchSpec, ...]:
 
 
 # -- loading and validation -----------------------------------------------------------------
-def parse_pipeline_spec(data: Mapping[str, Any], base_dir: str | Path = ".",
-                        source: Path | None = None) -> PipelineSpec:
+def parse_pipeline_spec(
+    data: Mapping[str, Any], base_dir: str | Path = ".", source: Path | None = None
+) -> PipelineSpec:
     """A spec from already-parsed TOML; relative paths are taken from base_dir."""
     label = f"{source}: " if source is not None else ""
     for key in data:
         if key not in _TOP_KEYS:
             raise _unknown(f"{label}top level", key, _TOP_KEYS)
     base = Path(base_dir)
-    spec = PipelineSpec(document=_document(data, base, label), branches=_branches(data, label),
-                        settings=_settings(data, base, label), source=source)
+    spec = PipelineSpec(
+        document=_document(data, base, label),
+        branches=_branches(data, label),
+        settings=_settings(data, base, label),
+        source=source,
+    )
     check_spec(spec)
     return spec
 
@@ -315,13 +340,16 @@ def check_spec(spec: PipelineSpec) -> None:
             raise ConfigError(f"{label}duplicate node name {b.name!r}")
         kw = spec.branch_kwargs(b)
         sampler = SamplerConfig(kw["temperature"], b.top_k, b.top_p, b.min_p, kw["seed"])
-        node = BranchNode(b.name, b.prompt, b.after, kw["n_predict"], sampler, b.stop,
-                          b.required_prefix_tokens)
+        node = BranchNode(
+            b.name, b.prompt, b.after, kw["n_predict"], sampler, b.stop, b.required_prefix_tokens
+        )
         node.validate()
         for ph in node.placeholders():
             if ph not in b.after or ph not in names:
-                raise ConfigError(f"{label}branch {b.name!r}: prompt uses {{{ph}}}; it must "
-                                  "name an upstream branch listed in after")
+                raise ConfigError(
+                    f"{label}branch {b.name!r}: prompt uses {{{ph}}}; it must "
+                    "name an upstream branch listed in after"
+                )
         shape.add(b.name, lambda n: None, after=b.after or (doc.name,))
     try:
         shape.order()  # unknown names in after, self-edges and cycles, as the Pipeline checks
@@ -330,8 +358,9 @@ def check_spec(spec: PipelineSpec) -> None:
 
 
 # -- building -------------------------------------------------------------------------------
-def build_pipeline(spec: PipelineSpec, model_path_override: Model | str | Path | None = None
-                   ) -> Pipeline:
+def build_pipeline(
+    spec: PipelineSpec, model_path_override: Model | str | Path | None = None
+) -> Pipeline:
     """A Pipeline with the spec's document and branches; this loads the model.
 
     The spec is checked again first, so a spec built or merged in code fails before the load.
@@ -342,7 +371,8 @@ def build_pipeline(spec: PipelineSpec, model_path_override: Model | str | Path |
     check_spec(spec)
     s = spec.settings
     model = model_path_override if model_path_override is not None else s.model
-    batch = {"n_batch": s.n_batch} if s.n_batch is not None else {}  # else Pipeline's default
+    # n_batch only when given, so Pipeline's own default applies otherwise
+    batch: dict[str, Any] = {"n_batch": s.n_batch} if s.n_batch is not None else {}
     pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, **batch)
     try:
         pipe.prefill(spec.document.name, text=spec.document.node().text)
