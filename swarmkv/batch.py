@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._native import ffi, lib
 from .errors import BatchError, ConfigError, SwarmKVError
+from .owned import Owned
 
 if TYPE_CHECKING:
     from .llama import Context
 
 
-class Batch:
+class Batch(Owned):
     """A llama_batch of at most `capacity` tokens, each in up to `n_seq_max` sequences.
 
     Positions are explicit and absolute. Within one batch a sequence's positions must be
@@ -34,26 +34,15 @@ class Batch:
             raise SwarmKVError(f"llama_batch_init({capacity}) failed")
         self._raw = raw
         self._spans: dict[int, list[int]] = {}
-        self._finalizer = weakref.finalize(self, lib.llama_batch_free, raw)
+        self._own(lib.llama_batch_free, raw)
 
     @property
     def raw(self) -> Any:
-        if not self._finalizer.alive:
-            raise SwarmKVError("Batch is closed")
-        return self._raw
+        return self._live(self._raw)
 
     @property
     def n_tokens(self) -> int:
         return int(self._raw.n_tokens)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> Batch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def clear(self) -> None:
         self.raw.n_tokens = 0
@@ -135,7 +124,7 @@ class SamplerConfig:
         return self.temperature == 0.0
 
 
-class Sampler:
+class Sampler(Owned):
     """A llama sampler chain. One sampler per branch; use from one thread at a time."""
 
     def __init__(self, config: SamplerConfig | None = None) -> None:
@@ -145,7 +134,7 @@ class Sampler:
         if chain == ffi.NULL:
             raise SwarmKVError("llama_sampler_chain_init failed")
         self._ptr: Any = chain
-        self._finalizer = weakref.finalize(self, lib.llama_sampler_free, chain)
+        self._own(lib.llama_sampler_free, chain)
         for stage in self._stages():
             if stage == ffi.NULL:
                 raise SwarmKVError("a llama_sampler_init_* call failed")
@@ -168,9 +157,7 @@ class Sampler:
 
     @property
     def ptr(self) -> Any:
-        if not self._finalizer.alive:
-            raise SwarmKVError("Sampler is closed")
-        return self._ptr
+        return self._live(self._ptr)
 
     def sample(self, ctx: Context, i: int) -> int:
         """Sample from batch row i of ctx's last decode (and accept the token)."""
@@ -181,12 +168,3 @@ class Sampler:
 
     def reset(self) -> None:
         lib.llama_sampler_reset(self.ptr)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> Sampler:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

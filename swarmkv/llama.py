@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import weakref
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -35,9 +34,9 @@ from .errors import (
     ModelLoadError,
     NativeCallError,
     SnapshotMismatchError,
-    SwarmKVError,
 )
 from .kvmath import estimate_kv_bytes, mem_available_bytes
+from .owned import Owned
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -45,10 +44,6 @@ if TYPE_CHECKING:
 GGUF_MAGIC = b"GGUF"
 # Past this size a model file is fingerprinted by samples, not hashed whole (see fingerprint).
 _FINGERPRINT_SAMPLE = 64 << 10
-
-
-def _closed(kind: str) -> SwarmKVError:
-    return SwarmKVError(f"{kind} is closed")
 
 
 def _check_gguf_file(path: Path) -> None:
@@ -63,7 +58,7 @@ def _check_gguf_file(path: Path) -> None:
         raise ModelLoadError(f"{path} is not a GGUF file (magic {magic!r}, size {size} bytes)")
 
 
-class Model:
+class Model(Owned):
     """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int | None = None) -> None:
@@ -81,32 +76,16 @@ class Model:
             )
         self._ptr: Any = ptr
         self._vocab = lib.llama_model_get_vocab(ptr)
-        self._finalizer = weakref.finalize(self, lib.llama_model_free, ptr)
+        self._own(lib.llama_model_free, ptr)
 
     # -- lifetime -------------------------------------------------------------------------
     @property
     def ptr(self) -> Any:
-        if not self._finalizer.alive:
-            raise _closed("Model")
-        return self._ptr
+        return self._live(self._ptr)
 
     @property
     def vocab(self) -> Any:
-        self.ptr  # noqa: B018 - raises when closed
-        return self._vocab
-
-    def close(self) -> None:
-        self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def __enter__(self) -> Model:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self._live(self._vocab)
 
     # -- shape ----------------------------------------------------------------------------
     @property
@@ -373,7 +352,7 @@ class PerfCounters:
     n_eval: int
 
 
-class Context:
+class Context(Owned):
     """A llama_context. Use from one thread at a time (see concurrency.py)."""
 
     def __init__(self, model: Model, config: ContextConfig | None = None, **overrides: Any) -> None:
@@ -398,7 +377,7 @@ class Context:
         self.n_ctx_seq = int(lib.llama_n_ctx_seq(ptr))
         self.n_batch = int(lib.llama_n_batch(ptr))
         self.n_seq_max = int(lib.llama_n_seq_max(ptr))
-        self._finalizer = weakref.finalize(self, lib.llama_free, ptr)
+        self._own(lib.llama_free, ptr)
 
     @staticmethod
     def _check_memory(model: Model, config: ContextConfig) -> None:
@@ -416,22 +395,7 @@ class Context:
     # -- lifetime -------------------------------------------------------------------------
     @property
     def ptr(self) -> Any:
-        if not self._finalizer.alive:
-            raise _closed("Context")
-        return self._ptr
-
-    def close(self) -> None:
-        self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def __enter__(self) -> Context:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self._live(self._ptr)
 
     # -- decode ---------------------------------------------------------------------------
     def decode(self, batch: Batch) -> None:
@@ -508,8 +472,7 @@ class Context:
         return int(lib.llama_memory_seq_pos_max(self._memory(), seq_id))
 
     def _memory(self) -> Any:
-        self.ptr  # noqa: B018 - raises when closed
-        return self._mem
+        return self._live(self._mem)
 
     # -- state ----------------------------------------------------------------------------
     @property
