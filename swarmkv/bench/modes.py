@@ -19,7 +19,9 @@ from ..errors import ConfigError
 from ..handoff import MODES, ForkOptions
 
 VARIANTS = ("streams", "per_branch", "exact", "fa_off", "swa_window")
-PEERS = ("server-np1", "server-npN")
+# llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"
+# at its own default (window-sized SWA cache).
+PEERS = ("server-np1", "server-npN", "server-np1+swa_window", "server-npN+swa_window")
 
 
 @dataclass(frozen=True)

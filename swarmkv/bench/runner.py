@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .. import LLAMA_CPP_COMMIT
 from ..llama import Model, default_threads
@@ -24,6 +24,7 @@ log = logging.getLogger("swarmkv.bench")
 # Keeping every step's logits (4 bytes x 262k vocab) lets a divergence be judged as a
 # near-tie; past this many branch-steps only the first step is kept, to bound memory.
 ALL_LOGITS_LIMIT = 1200
+PEER_SETUPS: dict[str, Literal["np1", "npN"]] = {"server-np1": "np1", "server-npN": "npN"}
 
 
 @dataclass(frozen=True)
@@ -185,8 +186,8 @@ def _peer_trials(
             prompts=prompts,
             n_predict=cfg.n_predict,
             threads=run.options.threads or default_threads(),
-            setup=name.split("-")[1],
-            swa_full=True,
+            setup=PEER_SETUPS[name.split("+")[0]],
+            swa_full="+swa_window" not in name,  # like for like: our default is swa_full
             flash_attn="auto",
             n_batch=run.options.n_batch,
             config_id=cfg.config_id,
