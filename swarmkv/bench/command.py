@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from .modes import PEERS
 from .workload import BenchConfig
 
 PAPER_DOC_TOKENS = 3501
@@ -28,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         default="baseline,host,fork",
         help="comma list: baseline, host, fork, variants like fork+exact, "
         "fork+streams, fork+per_branch, fork+fa_off, host+swa_window, and peers "
-        "server-np1, server-npN",
+        "server-np1, server-npN (llama-server with --swa-full, like for like), "
+        "server-np1+swa_window, server-npN+swa_window (its default)",
     )
     p.add_argument("-n", "--n-predict", type=int, default=32)
     p.add_argument("--trials", type=int, default=3)
@@ -37,7 +39,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("-m", "--model", type=Path, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=None)
-    p.add_argument("--peers", action="store_true", help="add server-np1,server-npN to --modes")
+    p.add_argument(
+        "--peers", action="store_true", help="add all four llama-server setups to --modes"
+    )
     p.add_argument("--out", type=Path, default=Path("results"))
     p.set_defaults(func=run)
     return p
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.peers:
-        modes += ("server-np1", "server-npN")
+        modes += PEERS
     opts = BenchOptions(
         model_path=args.model or default_model_path(),
         configs=configs_of(args),
