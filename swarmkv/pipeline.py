@@ -150,6 +150,17 @@ class Pipeline:
             raise ConfigError(f"unknown mode {opts.mode!r}; choose one of {', '.join(MODES)}")
         branches = self._ordered_branches()
         assert self.doc is not None
+        if (
+            opts.mode == "fork"
+            and self.model.n_swa > 0
+            and not self.base.resolved_swa_full(self.model)
+        ):
+            # forked sequences share every SWA cell, so none can be recycled as the window
+            # slides, and a window-sized SWA cache fills up at the first branch token
+            raise ConfigError(
+                "fork mode needs swa_full=True on a sliding-window model "
+                f"(n_swa={self.model.n_swa}); use host mode for swa_full=False"
+            )
         doc_tokens = self.doc.tokenize(self.model)
         n_pred = {b.name: b.n_predict for b in branches}
         needs = []

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import LLAMA_CPP_COMMIT
+from ..errors import SwarmKVError
 from ..llama import Model, default_threads
 from ..pipeline import Pipeline
 from ..results import PipelineResult
@@ -133,8 +134,12 @@ def _trial(
     for spec in specs:  # baselines first: every other mode is checked against its reference
         if progress:
             progress(f"{cfg.config_id} trial {trial} {spec.name}")
-        with PeakRSS() as rss:
-            res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
+        try:
+            with PeakRSS() as rss:
+                res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
+        except SwarmKVError as exc:  # one broken mode must not sink the whole run
+            _note(run, f"{cfg.config_id} {spec.name} trial {trial} failed: {exc}")
+            continue
         ref = done.get(spec.reference) if spec.name != spec.reference else None
         rec = from_pipeline_result(
             res,
@@ -153,6 +158,11 @@ def _trial(
             done[spec.name] = res
     base = done.get("baseline")
     return {n: list(b.tokens) for n, b in base.branches.items()} if base else {}
+
+
+def _note(run: BenchRun, note: str) -> None:
+    log.error("%s", note)
+    run.notes.append(note)
 
 
 def _peer_trials(

@@ -128,3 +128,11 @@ def test_watermark_branch_equals_baseline_of_its_prefix(model: sk.Model, doc_lon
     early = host["early"]
     ready_ms = early.first_token_ms - early.activation_ms
     assert ready_ms < host.prefill_ms, "the watermark branch did not start before prefill ended"
+
+
+def test_fork_refuses_swa_window_on_gemma(model: sk.Model, doc_short: str) -> None:
+    with Pipeline(model, swa_full=False) as p:
+        p.prefill("doc", text=doc_short).branch("q", prompt=PROMPTS["question"], n_predict=4)
+        with pytest.raises(sk.ConfigError, match="swa_full=True"):
+            p.run(mode="fork")
+        assert p.run(mode="host").ok  # host mode works with the window-sized cache

@@ -154,3 +154,11 @@ def test_exact_modes_equal_baseline_on_tiny_model(
     for name in prompts:
         assert other[name].tokens == base[name].tokens, name
         assert swarmkv.fidelity.nmse(other[name].first_logits, base[name].first_logits) == 0.0
+
+
+def test_fork_refuses_window_sized_swa_cache_before_native_work(tiny_model: Model) -> None:
+    """The tiny model has no sliding window, so fork with swa_full=False is fine there; the
+    refusal for SWA models is checked on the real model (tests/model)."""
+    with _pipe(tiny_model, swa_full=False) as p:
+        p.branch("a", prompt=" x", n_predict=2)
+        assert p.run(mode="fork").ok
