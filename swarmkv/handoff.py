@@ -153,6 +153,7 @@ def result_of(
         restore_ms=timings.get("restore_ms"),
         fork_copy_ms=timings.get("fork_copy_ms"),
         prefill_ms=timings.get("prefill_ms"),
+        wait_ms=timings.get("wait_ms"),
     )
 
 
@@ -214,8 +215,12 @@ def _host_prefill(plan: Plan, nctx: NodeContext) -> KVSnapshot:
 
 def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
     snap: KVSnapshot = _prefix_input(plan, b, nctx.inputs)
-    ready = plan.ready_ns[snap.n_tokens]
+    available = plan.ready_ns[snap.n_tokens]
     with plan.policy.context_slot():
+        # like the baseline's: a branch may start once its input AND a context slot exist;
+        # the wait for the slot is reported separately (wait_ms)
+        ready = max(available, time.perf_counter_ns())
+        wait_ms = ms(ready - available)
         t = time.perf_counter_ns()
         own = snap.fork(plan.pool)  # copy-on-fork: this branch's private bytes
         copy_ms = ms(time.perf_counter_ns() - t)
@@ -227,7 +232,9 @@ def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
                 _run_branch(plan, ctx, [st], nctx)
         finally:
             own.release()
-    return result_of(plan, b, st, ready, t_dec, restore_ms=restore_ms, fork_copy_ms=copy_ms)
+    return result_of(
+        plan, b, st, ready, t_dec, restore_ms=restore_ms, fork_copy_ms=copy_ms, wait_ms=wait_ms
+    )
 
 
 # -- baseline -------------------------------------------------------------------------------

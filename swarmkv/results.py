@@ -30,6 +30,7 @@ class BranchResult:
     decode_ms: float  # prompt + generation
     first_token_ms: float  # from pipeline start to its first generated token
     end_ms: float  # from pipeline start to its last token
+    wait_ms: float | None = None  # host: input ready, waiting for a context slot (policy)
     step_logits: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
     @property
@@ -52,6 +53,7 @@ class BranchResult:
             "decode_ms": self.decode_ms,
             "first_token_ms": self.first_token_ms,
             "end_ms": self.end_ms,
+            "wait_ms": self.wait_ms,
         }
 
 

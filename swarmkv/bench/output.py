@@ -17,7 +17,9 @@ LIMITATIONS = [
     "CPU only (2 cores here): GPU numbers need the CUDA build and a GPU machine.",
     "The paper's exact prompts are not published; two stand-in questions are used.",
     "host runs branch contexts one at a time (ConcurrencyPolicy(max_contexts=1)): on a CPU "
-    "every context already uses all cores.",
+    "every context already uses all cores. branch_activation_ms starts when a branch may "
+    "start: its input is ready and the policy has given it a context, as for the baseline, "
+    "whose branches also queue; the time queued is in all_trials.csv (extra.wait_ms_total).",
     "Peers (llama-server) tokenize document + prompt as one string, so only token equality "
     "is comparable; their server start-up is excluded from e2e.",
     "fork (unified + batched) matches the baseline except at near-ties (batched kernels round "

@@ -151,13 +151,19 @@ def _trial(
             peak_rss_bytes=rss.peak,
             n_branches=cfg.n_branches,
             doc_tokens=cfg.doc_tokens,
-            extra=res.decode_stats,
+            extra={**res.decode_stats, **_waits(res)},
         )
         run.records.append(dataclasses.replace(rec, mode=spec.name))
         if spec.mode == "baseline":
             done[spec.name] = res
     base = done.get("baseline")
     return {n: list(b.tokens) for n, b in base.branches.items()} if base else {}
+
+
+def _waits(res: PipelineResult) -> dict[str, float]:
+    """Time branches queued for a context slot after their input was ready (host)."""
+    waits = [b.wait_ms for b in res.branches.values() if b.wait_ms is not None]
+    return {"wait_ms_total": sum(waits), "wait_ms_max": max(waits)} if waits else {}
 
 
 def _note(run: BenchRun, note: str) -> None:
@@ -206,6 +212,8 @@ def _peer_trials(
             baseline_tokens=base or None,
             branch_names=[f"b{i + 1}" for i in range(cfg.n_branches)],
         )
-        run.records.append(
-            dataclasses.replace(rec, n_branches=cfg.n_branches, doc_tokens=cfg.doc_tokens)
+        run.records.append(  # the record names its setup; ours add the +swa_window variant
+            dataclasses.replace(
+                rec, mode=name, n_branches=cfg.n_branches, doc_tokens=cfg.doc_tokens
+            )
         )
