@@ -41,6 +41,7 @@ class DecodeStats:
     gen_steps: int = 0
     gen_step_ns: int = 0
     gen_decode_ns: int = 0
+    capture_ns: int = 0  # copying logits for fidelity checks (keep_logits): not the product's
 
     def to_ms(self) -> dict[str, float]:
         step = self.gen_step_ns or 1
@@ -51,6 +52,7 @@ class DecodeStats:
             "gen_decode_ms": self.gen_decode_ns / 1e6,
             "gen_ms_per_step": self.gen_step_ns / 1e6 / max(self.gen_steps, 1),
             "python_overhead_pct": 100.0 * (self.gen_step_ns - self.gen_decode_ns) / step,
+            "logit_capture_ms": self.capture_ns / 1e6,
         }
 
 
@@ -102,6 +104,7 @@ class BranchState:
     keep_logits: bool | str = False  # True: first step's logits; "all": every step's
     tokens: list[int] = field(default_factory=list)
     step_logits: list[np.ndarray] = field(default_factory=list)
+    capture_ns: int = 0
     text_bytes: bytearray = field(default_factory=bytearray)
     stop_reason: str | None = None
     error: BaseException | None = None
@@ -125,7 +128,9 @@ class BranchState:
     def take(self, ctx: Context, row: int) -> None:
         """Sample from batch row `row`, record the token, and decide whether to stop."""
         if self.keep_logits == "all" or (self.keep_logits and not self.step_logits):
+            t = time.perf_counter_ns()
             self.step_logits.append(ctx.logits(row).copy())
+            self.capture_ns += time.perf_counter_ns() - t
         token = self.sampler.sample(ctx, row)
         if self.t_first_ns is None:
             self.t_first_ns = time.perf_counter_ns()
@@ -260,10 +265,13 @@ def _step(
     t1 = time.perf_counter_ns()
     ctx.decode(batch)
     t2 = time.perf_counter_ns()
+    captured = sum(s.capture_ns for s in group)
     for state, row in rows:
         state.pos += 1
         _take_safely(ctx, state, row)
     if stats is not None:
+        captured = sum(s.capture_ns for s in group) - captured
         stats.gen_steps += 1
         stats.gen_decode_ns += t2 - t1
-        stats.gen_step_ns += time.perf_counter_ns() - t0
+        stats.capture_ns += captured
+        stats.gen_step_ns += time.perf_counter_ns() - t0 - captured

@@ -85,7 +85,7 @@ def plot_prefill_breakdown(
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_ylabel("ms of work per trial (median)")
     ax.set_title(f"Prefill-cost breakdown, {cfg} (summed over branches, which may overlap)")
-    ax.legend()
+    _legend(ax)
     return _save(fig, out_dir, "prefill_breakdown")
 
 
@@ -111,7 +111,7 @@ def plot_trials(records: Sequence[TrialRecord], out_dir: str | Path) -> Path | N
         ax.set_xlabel("trial")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("e2e_ms")
-        ax.legend(fontsize=7)
+        _legend(ax, 7)
     return _save(fig, out_dir, "trials")
 
 
@@ -207,7 +207,7 @@ def _scaling(
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
-        ax.legend(fontsize=8)
+        _legend(ax, 8)
     fig.suptitle(", ".join(f"{k}={getattr(best[0], k)}" for k in fixed))
     return _save(fig, out_dir, name)
 
@@ -230,12 +230,17 @@ def _grouped_bars(
         ]
         ax.bar(xs, heights, width, yerr=err, capsize=3, label=name)
     ax.set_xticks(range(len(groups)), list(groups), rotation=20, ha="right", fontsize=8)
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
 
 
 def _figure(width: float) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(min(width, 16.0), 4.5), layout="constrained")
     return fig, fig.add_subplot(1, 1, 1)
+
+
+def _legend(ax: Axes, fontsize: int = 8) -> None:
+    """Outside the axes, on the right: a legend must never cover bars or lines."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _save(fig: Figure, out_dir: str | Path, name: str) -> Path:
