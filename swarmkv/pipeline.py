@@ -63,11 +63,15 @@ class Pipeline:
         policy: ConcurrencyPolicy | None = None,
         fork: ForkOptions | None = None,
     ) -> None:
+        self.fork = fork or ForkOptions()
+        self.fork.validate()  # pure checks first: a bad option never loads a model
+        self.policy = policy or ConcurrencyPolicy()
         self._own_model = not isinstance(model, Model)
+        self._pool: HostBufferPool | None = None
         self.model = model if isinstance(model, Model) else Model(model or default_model_path())
         self.n_ctx = n_ctx
         self.base = ContextConfig(
-            n_ctx=n_ctx or 512,
+            n_ctx=n_ctx or min(4096, self.model.n_ctx_train),  # the real size comes from the budget
             n_batch=n_batch,
             n_threads=n_threads,
             swa_full=swa_full,
@@ -75,13 +79,13 @@ class Pipeline:
             type_k=type_k,
             type_v=type_v,
         )
-        self.base.validate(self.model) if n_ctx else None
-        self.policy = policy or ConcurrencyPolicy()
-        self.fork = fork or ForkOptions()
-        self.fork.validate()
+        try:
+            self.base.validate(self.model)
+        except BaseException:
+            self.close()
+            raise
         self.doc: PrefillNode | None = None
         self.branches: dict[str, BranchNode] = {}
-        self._pool: HostBufferPool | None = None
 
     # -- building ---------------------------------------------------------------------------
     def prefill(

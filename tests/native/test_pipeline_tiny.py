@@ -162,3 +162,13 @@ def test_fork_refuses_window_sized_swa_cache_before_native_work(tiny_model: Mode
     with _pipe(tiny_model, swa_full=False) as p:
         p.branch("a", prompt=" x", n_predict=2)
         assert p.run(mode="fork").ok
+
+
+@pytest.mark.usefixtures("no_native_contexts")
+def test_bad_settings_fail_when_the_pipeline_is_built(tiny_model: Model) -> None:
+    with pytest.raises(ConfigError, match="flash_attn"):
+        Pipeline(tiny_model, flash_attn="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="fork layout"):
+        Pipeline(tiny_model, fork=ForkOptions(layout="ring"))
+    with pytest.raises(ConfigError, match="n_threads"):
+        Pipeline(tiny_model, n_threads=0)
