@@ -21,7 +21,8 @@ from . import log as _log
 
 LLAMA_CPP_COMMIT: str = ffi.string(lib.swarmkv_llama_cpp_commit()).decode()
 
-lib.llama_backend_init()
+# The callback first: backend start-up (ggml-cuda's device probe, say) logs too.
 _log.install()
+lib.llama_backend_init()
 
 __all__ = ["LLAMA_CPP_COMMIT", "ffi", "lib"]
