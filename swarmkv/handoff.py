@@ -139,7 +139,7 @@ def result_of(
     end = st.t_end_ns or time.perf_counter_ns()
     return BranchResult(
         name=b.name,
-        prompt=b.render({}) if not b.placeholders() else b.prompt,
+        prompt=b.prompt,
         text=st.text,
         tokens=tuple(st.tokens),
         stop_reason=st.stop_reason or "error",
@@ -286,7 +286,7 @@ def waves(branches: list[BranchNode], doc: str) -> list[list[BranchNode]]:
     return out
 
 
-def build_fork(plan: Plan, holder: list[Context]) -> tuple[Dag, list[list[BranchNode]]]:
+def build_fork(plan: Plan, holder: list[Context]) -> Dag:
     """The shared context lives in `holder` so the pipeline frees it whatever happens."""
     seq_of = {b.name: i + 1 for i, b in enumerate(plan.branches)}
     groups = waves(plan.branches, plan.doc.name)
@@ -298,7 +298,7 @@ def build_fork(plan: Plan, holder: list[Context]) -> tuple[Dag, list[list[Branch
         wave = functools.partial(_fork_wave, plan, holder, seq_of, group)
         dag.add(name, wave, after=[prev])
         prev = name
-    return dag, groups
+    return dag
 
 
 def _fork_prefill(

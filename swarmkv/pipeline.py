@@ -231,7 +231,7 @@ class Pipeline:
         holder: list[Context] = []
         try:
             if mode == "fork":
-                dag, _ = build_fork(plan, holder)
+                dag = build_fork(plan, holder)
             else:
                 dag = (build_host if mode == "host" else build_baseline)(plan)
             dres = dag.run(timeout_s=timeout_s, cancel=cancel)
@@ -275,40 +275,40 @@ def _outcomes(
 ) -> tuple[dict[str, NodeOutcome], dict[str, BranchResult]]:
     doc = dres[plan.doc.name]
     outcomes = {doc.name: NodeOutcome(doc.name, doc.status, doc.reason, doc.error)}
-    values: dict[str, Any] = {}
     if mode == "fork":
-        for name, nr in dres.results.items():
-            if name.startswith("wave-") and nr.status == "ok":
-                values.update(nr.value)
-        for b in plan.branches:
-            v = values.get(b.name)
-            if isinstance(v, BranchResult):
-                outcomes[b.name] = NodeOutcome(b.name, "ok")
-            elif isinstance(v, Skipped):
-                outcomes[b.name] = NodeOutcome(b.name, "skipped", v.reason)
-            elif isinstance(v, BaseException):
-                outcomes[b.name] = NodeOutcome(b.name, "failed", repr(v), v)
-            else:
-                wave = (
-                    next(
-                        r
-                        for n, r in dres.results.items()
-                        if n.startswith("wave-") and r.status != "ok"
-                    )
-                    if not dres.ok
-                    else None
-                )
-                status = wave.status if wave else "skipped"
-                outcomes[b.name] = NodeOutcome(
-                    b.name, status, wave.reason if wave else None, wave.error if wave else None
-                )
+        values = _fork_outcomes(plan, dres, outcomes)
     else:
+        values = {}
         for b in plan.branches:
             nr = dres[b.name]
             outcomes[b.name] = NodeOutcome(b.name, nr.status, nr.reason, nr.error)
             values[b.name] = nr.value
     branches = {n: v for n, v in values.items() if isinstance(v, BranchResult)}
     return outcomes, branches
+
+
+def _fork_outcomes(plan: Plan, dres: DagResult, outcomes: dict[str, NodeOutcome]) -> dict[str, Any]:
+    """Per-branch outcomes from the wave nodes; a branch whose wave never delivered a value
+    takes that wave's status (the first wave that did not finish ok)."""
+    waves = [r for n, r in dres.results.items() if n.startswith("wave-")]
+    values: dict[str, Any] = {}
+    for nr in waves:
+        if nr.status == "ok":
+            values.update(nr.value)
+    stopped = next((r for r in waves if r.status != "ok"), None)
+    for b in plan.branches:
+        v = values.get(b.name)
+        if isinstance(v, BranchResult):
+            outcomes[b.name] = NodeOutcome(b.name, "ok")
+        elif isinstance(v, Skipped):
+            outcomes[b.name] = NodeOutcome(b.name, "skipped", v.reason)
+        elif isinstance(v, BaseException):
+            outcomes[b.name] = NodeOutcome(b.name, "failed", repr(v), v)
+        elif stopped is not None:
+            outcomes[b.name] = NodeOutcome(b.name, stopped.status, stopped.reason, stopped.error)
+        else:
+            outcomes[b.name] = NodeOutcome(b.name, "skipped")
+    return values
 
 
 def _collect(plan: Plan, opts: RunOptions, dres: DagResult, t_end: int) -> PipelineResult:
