@@ -20,6 +20,7 @@ from .errors import (
     SnapshotMismatchError,
     SwarmKVError,
 )
+from .install_info import info
 from .llama import Context, ContextConfig, Model
 from .models import default_model_path
 from .pool import HostBuffer, HostBufferPool
@@ -54,5 +55,6 @@ __all__ = [
     "SwarmKVError",
     "capture",
     "default_model_path",
+    "info",
     "restore",
 ]

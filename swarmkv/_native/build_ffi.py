@@ -1,19 +1,24 @@
 """Write the C source of the cffi API-mode extension `swarmkv._native._llama`.
 
-CMake runs `python build_ffi.py --emit OUT.c` and compiles OUT.c against the pinned headers
-(see CMakeLists.txt), so every declaration in cdef.h is checked by the C compiler.
+CMake runs `python build_ffi.py --emit OUT.c --cpu MODE ...` and compiles OUT.c against the
+pinned headers (see CMakeLists.txt), so every declaration in cdef.h is checked by the C
+compiler. The build's own settings (CPU mode, CUDA and why, AMX, backends, patches applied)
+are compiled in as one JSON string, so `swarmkv info` reports what was built, not a guess.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tomllib
 from pathlib import Path
 
 import cffi
 
 HERE = Path(__file__).resolve().parent
-LOCK = HERE.parent.parent / "vendor" / "llama.cpp.lock"
+ROOT = HERE.parent.parent
+LOCK = ROOT / "vendor" / "llama.cpp.lock"
+STAMP = ROOT / "vendor" / "llama.cpp" / ".swarmkv-stamp"
 
 
 def pinned_commit() -> str:
@@ -24,14 +29,38 @@ def pinned_commit() -> str:
     return str(commit)
 
 
-def make_ffi() -> cffi.FFI:
+def applied_patches() -> list[str]:
+    """`name:sha256-prefix` of every patch in the tree, as the fetch script stamped it."""
+    # Stamp: "package==version sha256 commit name:hash,name:hash" (no patches: 3 fields).
+    fields = STAMP.read_text().split()
+    return [p for p in fields[3].split(",") if p] if len(fields) == 4 else []
+
+
+def build_info(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "cpu_mode": args.cpu,
+        "cuda": args.cuda == "ON",
+        "cuda_reason": args.cuda_reason,
+        "amx_opt_in": args.amx == "ON",
+        "backend_libraries": [b for b in args.backends.split(",") if b],
+        "patches": applied_patches(),
+    }
+
+
+def make_ffi(args: argparse.Namespace) -> cffi.FFI:
     ffi = cffi.FFI()
-    ffi.cdef((HERE / "cdef.h").read_text())
+    cdef = (HERE / "cdef.h").read_text()
+    if args.cpu == "native":
+        cdef += (HERE / "cdef_cpu.h").read_text()
+    ffi.cdef(cdef)
+    info = json.dumps(json.dumps(build_info(args)))  # a C string literal of the JSON text
     source = f"""
 #include "llama.h"
 #include "ggml.h"
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 static const char * swarmkv_llama_cpp_commit(void) {{ return "{pinned_commit()}"; }}
+static const char * swarmkv_build_json(void) {{ return {info}; }}
 """
     ffi.set_source("swarmkv._native._llama", source)
     return ffi
@@ -40,8 +69,13 @@ static const char * swarmkv_llama_cpp_commit(void) {{ return "{pinned_commit()}"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--emit", required=True, type=Path, help="where to write the C source")
+    parser.add_argument("--cpu", choices=["native", "portable"], default="native")
+    parser.add_argument("--cuda", choices=["ON", "OFF"], default="OFF")
+    parser.add_argument("--amx", choices=["ON", "OFF"], default="OFF")
+    parser.add_argument("--cuda-reason", default="")
+    parser.add_argument("--backends", default="", help="backend libraries built, comma-separated")
     args = parser.parse_args()
-    make_ffi().emit_c_code(str(args.emit))
+    make_ffi(args).emit_c_code(str(args.emit))
 
 
 if __name__ == "__main__":

@@ -187,7 +187,22 @@ enum ggml_backend_dev_type {
     GGML_BACKEND_DEVICE_TYPE_CPU, GGML_BACKEND_DEVICE_TYPE_GPU, GGML_BACKEND_DEVICE_TYPE_IGPU,
     GGML_BACKEND_DEVICE_TYPE_ACCEL, ...
 };
+typedef struct ggml_backend_reg * ggml_backend_reg_t;
+struct ggml_backend_feature {
+    const char * name;
+    const char * value;
+};
+typedef struct ggml_backend_feature * (*ggml_backend_get_features_t)(ggml_backend_reg_t reg);
 void ggml_backend_load_all(void);
+void ggml_backend_load_all_from_path(const char * dir_path);
+size_t ggml_backend_reg_count(void);
+ggml_backend_reg_t ggml_backend_reg_get(size_t index);
+const char * ggml_backend_reg_name(ggml_backend_reg_t reg);
+size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg);
+void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
+void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
+enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
 size_t ggml_backend_dev_count(void);
 ggml_backend_dev_t ggml_backend_dev_get(size_t index);
 ggml_backend_dev_t ggml_backend_dev_by_type(enum ggml_backend_dev_type type);
@@ -205,4 +220,5 @@ bool ggml_backend_buffer_is_host(ggml_backend_buffer_t buffer);
 
 /* ours, defined in build_ffi.py's C source */
 const char * swarmkv_llama_cpp_commit(void);
+const char * swarmkv_build_json(void);
 extern "Python" void swarmkv_log_callback(enum ggml_log_level level, const char * text, void * user_data);

@@ -24,8 +24,9 @@ MAX_BRANCH_COLUMNS = 8  # wider per-branch tables stop being readable; the JSON 
 # Setup keys every report shows first, in this order ("not recorded" when absent); the
 # table labels them by key so they read the same as best_run.json's "setup".
 SETUP_KEYS = (
-    "model", "llama_cpp_commit", "swarmkv_commit", "threads", "cpu", "gpu", "kv_dtype",
-    "swa_full", "flash_attn", "n_ctx", "n_batch", "trials", "warmup",
+    "model", "llama_cpp_commit", "patches", "swarmkv_commit", "build", "threads", "cpu",
+    "ggml_cpu_features", "gpu", "host_pool", "kv_dtype", "swa_full", "flash_attn", "n_ctx",
+    "n_batch", "trials", "warmup",
 )  # fmt: skip
 
 

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import LLAMA_CPP_COMMIT
+from .. import LLAMA_CPP_COMMIT, info
 from ..errors import SwarmKVError
 from ..llama import Model, default_threads
 from ..pipeline import Pipeline
 from ..results import PipelineResult
 from .modes import ModeSpec, split_modes
 from .records import TrialRecord, from_pipeline_result
-from .sysinfo import PeakRSS, cpu_name
+from .sysinfo import PeakRSS
 from .workload import BenchConfig, document, prompts_for
 
 log = logging.getLogger("swarmkv.bench")
@@ -76,16 +76,25 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
 
 
 def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
+    # Machine and build facts come from swarmkv.info(), read off the loaded libraries.
+    facts = info()
+    gpus = [f"{d['name']} ({d['description']})" for d in facts["devices"] if d["type"] == "GPU"]
+    build = facts["build"]
     return {
         "model": model.path.name,
         "model_params": model.n_params,
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
+        "patches": ", ".join(facts["patches"]),
+        "build": f"CPU {build['cpu_mode']}, CUDA {'on' if build['cuda'] else 'off'}, "
+        f"AMX kernels {'in' if facts['amx_kernels'] else 'out'}",
         "threads": opts.threads or default_threads(),
-        "cpu": cpu_name(),
-        "gpu": "none (CPU backend)",
+        "cpu": f"{facts['machine_cpu']['name']} ({facts['machine_cpu']['logical_cores']} cores)",
+        "ggml_cpu_features": " ".join(facts["ggml_cpu_features"]),
+        "gpu": ", ".join(gpus) if gpus else "none",
+        "host_pool": facts["host_pool"]["buffer_type"],
         "kv_dtype": "f16",
         "swa_full": "true (default; +swa_window variants: false)",
-        "flash_attn": "auto (on for CPU; +fa_off variants: off)",
+        "flash_attn": "auto, resolved by llama.cpp per device (+fa_off variants: off)",
         "n_batch": opts.n_batch,
         "n_ctx": opts.n_ctx or "smallest that fits (rounded to 256)",
         "trials": opts.trials,

@@ -1,4 +1,6 @@
-"""Measurements of the machine itself: peak RSS sampling, memcpy bandwidth, CPU name."""
+"""Measurements of the machine itself: peak RSS sampling, memcpy bandwidth.
+
+The machine's description (CPU, build, devices) comes from swarmkv.info()."""
 
 from __future__ import annotations
 
@@ -52,12 +54,3 @@ def memcpy_ms(nbytes: int, repeats: int = 7) -> float:
         np.copyto(dst, src)
         best = min(best, (time.perf_counter_ns() - t) / 1e6)
     return best
-
-
-def cpu_name() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
