@@ -1,11 +1,16 @@
-"""SwarmKV: prefill a shared document once, fan its KV state out to many LLM branches."""
+"""SwarmKV: prefill a shared document once, fan its KV state out to many LLM branches.
+
+Importing `swarmkv` (or its pure modules: dag, budget, modes, sampling, results, errors,
+pipeline_toml, cli) does not start llama.cpp. The native names below (Model, Context,
+HostBufferPool, ...) load the compiled binding on first use (PEP 562 module __getattr__).
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-from ._native import LLAMA_CPP_COMMIT
-from .batch import Batch, Sampler, SamplerConfig
 from .errors import (
     BatchError,
     ConfigError,
@@ -20,18 +25,51 @@ from .errors import (
     SnapshotMismatchError,
     SwarmKVError,
 )
-from .install_info import info
-from .llama import Context, ContextConfig, Model
 from .models import default_model_path
-from .pool import HostBuffer, HostBufferPool
-from .snapshot import KVSnapshot, capture, restore
+from .modes import MODES, ForkOptions
+from .sampling import SamplerConfig
+
+if TYPE_CHECKING:
+    from ._native import LLAMA_CPP_COMMIT
+    from .batch import Batch, Sampler
+    from .install_info import info
+    from .llama import Context, ContextConfig, Model
+    from .pool import HostBuffer, HostBufferPool
+    from .snapshot import KVSnapshot, capture, restore
 
 logging.getLogger("swarmkv").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
+# name -> module that defines it; importing any of these modules loads the native binding
+_NATIVE = {
+    "LLAMA_CPP_COMMIT": "._native",
+    "Batch": ".batch",
+    "Sampler": ".batch",
+    "info": ".install_info",
+    "Context": ".llama",
+    "ContextConfig": ".llama",
+    "Model": ".llama",
+    "HostBuffer": ".pool",
+    "HostBufferPool": ".pool",
+    "KVSnapshot": ".snapshot",
+    "capture": ".snapshot",
+    "restore": ".snapshot",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _NATIVE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'swarmkv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
 __all__ = [
     "LLAMA_CPP_COMMIT",
+    "MODES",
     "Batch",
     "BatchError",
     "ConfigError",
@@ -41,6 +79,7 @@ __all__ = [
     "ContextCreateError",
     "CycleError",
     "DagError",
+    "ForkOptions",
     "HostBuffer",
     "HostBufferPool",
     "KVSnapshot",

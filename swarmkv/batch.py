@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._native import ffi, lib
-from .errors import BatchError, ConfigError, SwarmKVError
+from .errors import BatchError, SwarmKVError
 from .owned import Owned
+from .sampling import SamplerConfig
+
+__all__ = ["Batch", "Sampler", "SamplerConfig"]
 
 if TYPE_CHECKING:
     from .llama import Context
@@ -97,33 +99,6 @@ class Batch(Owned):
         for k, tok in enumerate(toks):
             last = self.add(tok, pos0 + k, (seq_id,), logits_last and k == len(toks) - 1)
         return last
-
-
-@dataclass(frozen=True)
-class SamplerConfig:
-    """temperature == 0 means greedy; otherwise top-k, top-p, min-p, temperature, then dist."""
-
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    seed: int = 0
-
-    def validate(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ConfigError(f"top_k must be >= 1, got {self.top_k}")
-        for name in ("top_p", "min_p"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {value}")
-        if not 0 <= self.seed < 2**32:
-            raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
 
 
 class Sampler(Owned):

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .bench.command import add_parser as add_bench_parser
 from .errors import SwarmKVError
-from .handoff import MODES
 from .info_command import add_parser as add_info_parser
+from .interrupt import Interrupted, run_interruptibly
+from .modes import MODES
 from .pipeline_toml import (
     BranchSpec,
     DocumentSpec,
@@ -405,13 +406,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))  # `bench` has no -v
     configure_logging(verbose)
+    # The work runs in a worker thread so that Ctrl-C lands in the main thread (see
+    # swarmkv.interrupt): it stops the work at its next decode boundary, then exits 130.
+    code, interrupted = run_interruptibly(lambda: _dispatch(args, verbose))
+    if interrupted:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+    return int(code or 0)
+
+
+def _dispatch(args: argparse.Namespace, verbose: bool) -> int:
     try:
         return int(args.func(args))
+    except Interrupted:
+        raise
     except SwarmKVError as exc:
         if verbose:
             traceback.print_exc(file=sys.stderr)
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
-        return 130

@@ -3,12 +3,18 @@
 A node waits either for another node to *complete* or only until it *publishes* a named
 signal (a watermark such as "prefix:512"), so a branch that needs the first W document
 tokens can start while the prefill still runs. The graph is validated before any node
-runs; a failure skips only its dependents; a timeout or the caller's cancel Event stops
-the run cooperatively, and `run()` returns even if a node ignores cancellation.
+runs; a failure skips only its dependents; a timeout, Ctrl-C or the caller's cancel Event
+stops the run cooperatively (nodes check between steps of their work).
+
+Teardown contract: `run()` returns or raises only after every node thread has ended, on every
+path (success, failure, timeout, cancel, KeyboardInterrupt). Nodes use native handles that
+the caller frees right after `run()`; returning earlier would free them under a running
+thread (a segfault, found by sending Ctrl-C to `swarmkv run`).
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import threading
@@ -19,14 +25,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from swarmkv.errors import ConfigError, CycleError, DagError, PipelineError, SwarmKVError
+from swarmkv.interrupt import INTERRUPT
+from swarmkv.interrupt import check as check_interrupt
 
 __all__ = ["Cancelled", "Dag", "DagResult", "Dep", "NodeContext", "NodeResult", "NodeStatus"]
 
 _log = logging.getLogger("swarmkv.dag")
 
-# How often run() looks at the caller's cancel Event: a threading.Event cannot be waited
-# on together with futures, so it is polled and turned into the run's stop future.
+# How often run() looks at the caller's cancel Event and the process-wide INTERRUPT.
 _POLL_S = 0.02
+# Joins wake this often, so a KeyboardInterrupt reaches the main thread while it waits.
+_JOIN_SLICE_S = 0.1
 
 NodeStatus = Literal["ok", "failed", "skipped", "cancelled"]
 
@@ -163,34 +172,79 @@ class Dag:
         timeout_s: float | None = None,
         raise_on_failure: bool = False,
         cancel: threading.Event | None = None,
-        grace_s: float = 1.0,
+        warn_every_s: float = 5.0,
     ) -> DagResult:
-        """Run every node on its own thread; `grace_s` is how long a stopped run waits
-        for running nodes to notice cancellation before marking them cancelled."""
+        """Run every node on its own thread and wait for all of them to end.
+
+        After a timeout, a cancel or Ctrl-C, running nodes are asked to stop and joined; every
+        `warn_every_s` seconds a warning names the nodes still being waited for. A
+        KeyboardInterrupt is re-raised once every thread has ended.
+        """
         if timeout_s is not None and timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
-        if grace_s < 0:
-            raise ConfigError(f"grace_s must be >= 0, got {grace_s}")
+        if warn_every_s <= 0:
+            raise ConfigError(f"warn_every_s must be > 0, got {warn_every_s}")
         nodes = dict(self._nodes)  # a snapshot, so add() during a run cannot change it
         _validate(nodes)
         order = _topo_order(nodes)
         run = _Run(nodes, cancel)
+        workers: list[_Worker] = []
         try:
             for name in order:
-                thread_name = f"swarmkv-node-{name}"
-                worker = threading.Thread(
-                    target=run.work, args=(nodes[name],), name=thread_name, daemon=True
-                )
-                worker.start()
-            run.supervise(timeout_s, grace_s)
+                workers.append(_Worker(name, functools.partial(run.work, nodes[name])))
+            run.supervise(timeout_s)
         except BaseException:
-            # Interrupted (or out of threads): release every worker before unwinding.
+            # Interrupted (or out of threads): stop every worker and wait for it to end.
             run.stop("interrupted")
+            _join_all(workers, warn_every_s)
             raise
+        if _join_all(workers, warn_every_s):
+            raise KeyboardInterrupt
+        check_interrupt()  # Ctrl-C in a CLI: every node has stopped; unwind the caller too
         result = run.collect(order)
         if raise_on_failure:
             result.raise_for_failure()
         return result
+
+
+class _Worker:
+    """A node's thread and an Event it sets as its very last act.
+
+    Waiting on the Event, not Thread.join: a KeyboardInterrupt that lands inside join() can
+    leave the thread marked stopped while it still runs (CPython gh-90882).
+    """
+
+    def __init__(self, name: str, fn: Callable[[], None]) -> None:
+        self.name = name
+        self.done = threading.Event()
+
+        def body() -> None:
+            try:
+                fn()
+            finally:
+                self.done.set()
+
+        threading.Thread(target=body, name=f"swarmkv-node-{name}", daemon=True).start()
+
+
+def _join_all(workers: list[_Worker], warn_every_s: float) -> bool:
+    """Wait for every worker, whatever arrives meanwhile; True if a KeyboardInterrupt did."""
+    interrupted = False
+    waited = 0.0
+    while True:
+        alive = [w for w in workers if not w.done.is_set()]
+        if not alive:
+            return interrupted
+        try:
+            alive[0].done.wait(_JOIN_SLICE_S)
+        except KeyboardInterrupt:
+            # Freeing native handles under a running node would crash: keep waiting.
+            interrupted = True
+            _log.warning("interrupted: waiting for %d node(s) to stop first", len(alive))
+        waited += _JOIN_SLICE_S
+        if waited >= warn_every_s:
+            waited = 0.0
+            _log.warning("still waiting for node(s) to stop: %s", ", ".join(w.name for w in alive))
 
 
 def _as_dep(owner: str, dep: str | Dep) -> Dep:
@@ -307,6 +361,8 @@ class _Run:
             return self._stop_reason
         if self._external is not None and self._external.is_set():
             return "cancelled"
+        if INTERRUPT.is_set():
+            return "interrupted"
         return None
 
     def publish(self, node: str, signal: str, value: Any) -> None:
@@ -384,36 +440,38 @@ class _Run:
         self._done[node.name].set_result(outcome)
         _log.debug("node %s %s", node.name, result.status)
 
-    def supervise(self, timeout_s: float | None, grace_s: float) -> None:
-        """Wait for every node, or until the deadline / cancel Event, then `grace_s` more."""
+    def supervise(self, timeout_s: float | None) -> None:
+        """Wait until every node is done, or until the deadline / cancel Event stops the run.
+
+        Stopping only asks: the caller then joins the node threads (see Dag.run).
+        """
         deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         pending: list[Future[Any]] = list(self._done.values())
         while pending:
             now = time.perf_counter()
             if self._external is not None and self._external.is_set():
                 self.stop("cancelled")
+            elif INTERRUPT.is_set():
+                self.stop("interrupted")
             elif deadline is not None and now >= deadline:
                 self.stop(f"pipeline timeout after {timeout_s:g} s")
             if self._stop_reason is not None:
-                wait(pending, timeout=grace_s)
                 return
-            step = None if deadline is None else deadline - now
-            if self._external is not None:
-                step = _POLL_S if step is None else min(step, _POLL_S)
+            # the cancel Event and the process-wide INTERRUPT cannot be waited on together
+            # with futures, so they are polled
+            step = _POLL_S if deadline is None else min(deadline - now, _POLL_S)
             wait([*pending, self._stop], timeout=step, return_when=FIRST_COMPLETED)
             pending = [f for f in pending if not f.done()]
 
     def collect(self, order: list[str]) -> DagResult:
-        """Freeze the results; nodes still unsettled (ignoring cancellation) are cancelled."""
+        """Freeze the results (every node thread has ended, so every node has settled)."""
         now = time.perf_counter()
         with self._lock:
-            self._closed = True  # a straggler finishing later must not change this result
+            self._closed = True
             results: dict[str, NodeResult] = {}
             for name in order:
                 result = self._results.get(name)
-                if result is None:
-                    if name in self._started:
-                        _log.warning("node %s ignored cancellation; leaving it running", name)
+                if result is None:  # not reachable after the join; kept so collect never lies
                     reason = self._stop_reason or "cancelled"
                     started = self._started.get(name)
                     result = NodeResult(name, "cancelled", None, None, reason, started, now)

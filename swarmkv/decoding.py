@@ -17,17 +17,17 @@ continues at the next position. Finished branches free their cells with seq_rm.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .batch import Batch, Sampler, SamplerConfig
+from .batch import Batch, Sampler
 from .errors import ConfigError
 from .llama import Context, Model
-
-TokenCallback = Callable[[str, int, str], None]
+from .sampling import SamplerConfig, TokenCallback
 
 
 @dataclass
@@ -42,6 +42,20 @@ class DecodeStats:
     gen_step_ns: int = 0
     gen_decode_ns: int = 0
     capture_ns: int = 0  # copying logits for fidelity checks (keep_logits): not the product's
+    # host mode may decode several branch contexts at once (max_contexts > 1)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_prompts(self, ns: int, decodes: int) -> None:
+        with self._lock:
+            self.prompt_ns += ns
+            self.prompt_decodes += decodes
+
+    def add_step(self, step_ns: int, decode_ns: int, capture_ns: int) -> None:
+        with self._lock:
+            self.gen_steps += 1
+            self.gen_decode_ns += decode_ns
+            self.capture_ns += capture_ns
+            self.gen_step_ns += step_ns
 
     def to_ms(self) -> dict[str, float]:
         step = self.gen_step_ns or 1
@@ -142,10 +156,22 @@ class BranchState:
         self.text_bytes += piece
         if self.on_token is not None:
             self.on_token(self.name, token, piece.decode("utf-8", errors="replace"))
-        if self.stop and any(s in self.text_bytes.decode("utf-8", "replace") for s in self.stop):
+        if self.stop and self._hit_stop(len(piece)):
             self.stop_reason = "stop"
         elif len(self.tokens) >= self.n_predict:
             self.stop_reason = "length"
+
+    def _hit_stop(self, n_new: int) -> bool:
+        """Whether a stop string ends in the last n_new bytes (only the tail is searched, so a
+        long answer costs the same per token). UTF-8 is self-synchronizing: a stop string's
+        bytes occur in the text's bytes exactly where the string occurs in the text."""
+        if n_new == 0:
+            return False
+        for s in self.stop:
+            sb = s.encode("utf-8")
+            if sb in self.text_bytes[-(len(sb) + n_new - 1) :]:
+                return True
+        return False
 
     def fail(self, exc: BaseException) -> None:
         self.error = exc
@@ -197,6 +223,7 @@ def decode_prompts(
     batch: Batch,
     packing: str = "batched",
     stats: DecodeStats | None = None,
+    check_cancelled: Callable[[], None] | None = None,
 ) -> None:
     """Decode every branch's prompt, packed into as few batches as n_batch allows.
 
@@ -206,12 +233,15 @@ def decode_prompts(
     """
     if packing == "per_branch" and len(states) > 1:
         for state in states:
-            decode_prompts(ctx, [state], batch, packing, stats)
+            decode_prompts(ctx, [state], batch, packing, stats, check_cancelled)
         return
     t0 = time.perf_counter_ns()
     rows = [(s, k) for s in states for k in range(len(s.prompt_tokens))]
     cap = min(batch.capacity, ctx.n_batch)
+    decodes = 0
     for lo in range(0, len(rows), cap):
+        if check_cancelled is not None:
+            check_cancelled()
         batch.clear()
         last_rows = []
         for state, k in rows[lo : lo + cap]:
@@ -223,10 +253,9 @@ def decode_prompts(
         ctx.decode(batch)
         for state, row in last_rows:
             _take_safely(ctx, state, row)
-        if stats is not None:
-            stats.prompt_decodes += 1
+        decodes += 1
     if stats is not None:
-        stats.prompt_ns += time.perf_counter_ns() - t0
+        stats.add_prompts(time.perf_counter_ns() - t0, decodes)
 
 
 def generation_loop(
@@ -271,7 +300,4 @@ def _step(
         _take_safely(ctx, state, row)
     if stats is not None:
         captured = sum(s.capture_ns for s in group) - captured
-        stats.gen_steps += 1
-        stats.gen_decode_ns += t2 - t1
-        stats.capture_ns += captured
-        stats.gen_step_ns += time.perf_counter_ns() - t0 - captured
+        stats.add_step(time.perf_counter_ns() - t0 - captured, t2 - t1, captured)

@@ -30,38 +30,13 @@ from .decoding import (
 from .decoding import prefill_chunks as _prefill
 from .kvmath import estimate_kv_bytes
 from .llama import Context, ContextConfig, Model
+from .modes import MODES, ForkOptions
 from .nodes import BranchNode, PrefillNode
 from .pool import HostBufferPool
 from .results import BranchResult, ms
 from .snapshot import KVSnapshot, capture, restore
 
-MODES = ("host", "fork", "baseline")
-
-
-@dataclass(frozen=True)
-class ForkOptions:
-    """How fork mode lays out KV and packs decodes (measured alternatives, see README).
-
-    layout "unified": one KV buffer; branches share the prefix cells (zero copy).
-           "streams": one KV stream per sequence; seq_cp copies the prefix into each.
-    packing "batched": all branches in one decode per step.
-            "per_branch": one decode per branch per step.
-    streams + per_branch reproduces the baseline bit for bit; unified + batched is the
-    fastest and matches it except at near-ties (batched matmul shapes round differently).
-    """
-
-    layout: str = "unified"
-    packing: str = "batched"
-
-    def validate(self) -> None:
-        from .errors import ConfigError
-
-        if self.layout not in ("unified", "streams"):
-            raise ConfigError(f"fork layout must be 'unified' or 'streams', got {self.layout!r}")
-        if self.packing not in ("batched", "per_branch"):
-            raise ConfigError(
-                f"fork packing must be 'batched' or 'per_branch', got {self.packing!r}"
-            )
+__all__ = ["MODES", "ForkOptions", "Plan", "build_baseline", "build_fork", "build_host"]
 
 
 @dataclass
@@ -87,6 +62,7 @@ class Plan:
     ready_ns: dict[int, int] = field(default_factory=dict)  # prefix length -> when available
     share_ns: dict[int, int] = field(default_factory=dict)  # fork: seq_cp time per branch
     snapshots: list[KVSnapshot] = field(default_factory=list)  # host: released after the run
+    wave_names: list[str] = field(default_factory=list)  # fork: the DAG nodes that decode
 
     def release_snapshots(self) -> None:
         for snap in self.snapshots:
@@ -175,7 +151,7 @@ def _prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
 
 def _run_branch(plan: Plan, ctx: Context, states: list[BranchState], nctx: NodeContext) -> None:
     with Batch(max(plan.base.n_batch, len(states)), 1) as batch:
-        decode_prompts(ctx, states, batch, plan.fork.packing, plan.stats)
+        decode_prompts(ctx, states, batch, plan.fork.packing, plan.stats, nctx.check_cancelled)
         generation_loop(ctx, states, batch, nctx.check_cancelled, plan.fork.packing, plan.stats)
 
 
@@ -217,6 +193,7 @@ def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
     snap: KVSnapshot = _prefix_input(plan, b, nctx.inputs)
     available = plan.ready_ns[snap.n_tokens]
     with plan.policy.context_slot():
+        nctx.check_cancelled()  # the run may have stopped while this branch waited
         # like the baseline's: a branch may start once its input AND a context slot exist;
         # the wait for the slot is reported separately (wait_ms)
         ready = max(available, time.perf_counter_ns())
@@ -256,10 +233,11 @@ def _baseline_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResu
     w = plan.prefix_len(b)
     bounds = [(lo, hi) for lo, hi in plan.bounds() if hi <= w]  # the prefill's own chunks
     with plan.policy.context_slot():
+        nctx.check_cancelled()  # the run may have stopped while this branch waited
         ready = time.perf_counter_ns()
         with plan.context(plan.n_ctx) as ctx, Batch(plan.base.n_batch) as batch:
             t = time.perf_counter_ns()
-            _prefill(ctx, plan.doc_tokens, 0, bounds, batch)
+            _prefill(ctx, plan.doc_tokens, 0, bounds, batch, lambda _hi: nctx.check_cancelled())
             prefill_ns = time.perf_counter_ns() - t
             plan.prefill_ns.append(prefill_ns)
             st = plan.state(b, 0, nctx.inputs)
@@ -293,8 +271,13 @@ def build_fork(plan: Plan, holder: list[Context]) -> Dag:
     dag = Dag()
     dag.add(plan.doc.name, lambda n: _fork_prefill(plan, holder, seq_of, n))
     prev = plan.doc.name
+    taken = {plan.doc.name, *seq_of}
+    plan.wave_names.clear()
     for k, group in enumerate(groups):
         name = f"wave-{k}"
+        while name in taken:  # never the name of a user's document or branch
+            name = f"_{name}"
+        plan.wave_names.append(name)
         wave = functools.partial(_fork_wave, plan, holder, seq_of, group)
         dag.add(name, wave, after=[prev])
         prev = name

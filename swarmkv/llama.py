@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +35,7 @@ from .errors import (
     ModelLoadError,
     NativeCallError,
     SnapshotMismatchError,
+    SwarmKVError,
 )
 from .kvmath import estimate_kv_bytes, mem_available_bytes
 from .owned import Owned
@@ -77,6 +79,21 @@ class Model(Owned):
         self._ptr: Any = ptr
         self._vocab = lib.llama_model_get_vocab(ptr)
         self._own(lib.llama_model_free, ptr)
+        self._contexts: weakref.WeakSet[Context] = weakref.WeakSet()
+
+    def close(self) -> None:
+        """Free the model; refused (SwarmKVError) while a context made from it is open.
+
+        Each context also holds the model's native handle, so even a context that was never
+        closed cannot see the model freed under it.
+        """
+        open_contexts = [c for c in list(self._contexts) if not c.closed]
+        if open_contexts:
+            raise SwarmKVError(
+                f"Model.close(): {len(open_contexts)} context(s) made from {self.path.name} "
+                "are still open; close them first"
+            )
+        super().close()
 
     # -- lifetime -------------------------------------------------------------------------
     @property
@@ -370,6 +387,8 @@ class Context(Owned):
                 f"n_seq_max={config.n_seq_max}); see the swarmkv.llama log"
             )
         self._ptr: Any = ptr
+        self._own(lib.llama_free, ptr, parent=model)  # the model is freed after this context
+        model._contexts.add(self)
         self._mem = lib.llama_get_memory(ptr)
         self.n_vocab = model.n_vocab
         self.n_ctx = int(lib.llama_n_ctx(ptr))
@@ -377,7 +396,6 @@ class Context(Owned):
         self.n_ctx_seq = int(lib.llama_n_ctx_seq(ptr))
         self.n_batch = int(lib.llama_n_batch(ptr))
         self.n_seq_max = int(lib.llama_n_seq_max(ptr))
-        self._own(lib.llama_free, ptr)
 
     @staticmethod
     def _check_memory(model: Model, config: ContextConfig) -> None:
@@ -425,12 +443,16 @@ class Context(Owned):
     def logits(self, i: int) -> np.ndarray:
         """Logits of batch row i (negative counts from the end) of the last decode.
 
-        A view into llama.cpp's buffer, valid until the next decode: `.copy()` to keep it.
+        A read-only view into llama.cpp's buffer: the next decode overwrites it (`.copy()` to
+        keep it), and it keeps the context's memory alive, so reading it even after
+        `close()` is safe.
         """
         ptr = lib.llama_get_logits_ith(self.ptr, i)
         if ptr == ffi.NULL:
             raise NativeCallError("llama_get_logits_ith", 0, f"no logits for batch row {i}")
-        return np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32)
+        view = np.frombuffer(ffi.buffer(self._export(ffi, ptr), 4 * self.n_vocab), np.float32)
+        view.flags.writeable = False
+        return view
 
     # -- memory (KV cache) ------------------------------------------------------------------
     def check_seq(self, seq_id: int) -> None:

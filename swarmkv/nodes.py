@@ -12,11 +12,13 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .batch import SamplerConfig
-from .decoding import TokenCallback
 from .errors import ConfigError
-from .llama import Model
+from .sampling import SamplerConfig, TokenCallback
+
+if TYPE_CHECKING:  # nodes are pure specs: the model is only passed in to tokenize
+    from .llama import Model
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .batch import SamplerConfig
 from .budget import BranchNeed, plan_budget
 from .concurrency import ConcurrencyPolicy
 from .dag import Dag, DagResult
@@ -34,6 +33,7 @@ from .models import default_model_path
 from .nodes import BranchNode, PrefillNode
 from .pool import HostBufferPool
 from .results import BranchResult, NodeOutcome, PipelineResult, ms
+from .sampling import SamplerConfig
 
 log = logging.getLogger("swarmkv.pipeline")
 
@@ -290,7 +290,7 @@ def _outcomes(
 def _fork_outcomes(plan: Plan, dres: DagResult, outcomes: dict[str, NodeOutcome]) -> dict[str, Any]:
     """Per-branch outcomes from the wave nodes; a branch whose wave never delivered a value
     takes that wave's status (the first wave that did not finish ok)."""
-    waves = [r for n, r in dres.results.items() if n.startswith("wave-")]
+    waves = [dres[n] for n in plan.wave_names]
     values: dict[str, Any] = {}
     for nr in waves:
         if nr.status == "ok":

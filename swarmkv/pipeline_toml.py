@@ -41,11 +41,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .batch import SamplerConfig
 from .dag import Dag
 from .errors import ConfigError, DagError
-from .handoff import MODES
+from .modes import MODES
 from .nodes import BranchNode, PrefillNode
+from .sampling import SamplerConfig
 
 if TYPE_CHECKING:
     from .llama import Model

@@ -13,17 +13,22 @@ Invariants (checked by `check()`):
 | bytes_free       | bytes_allocated - bytes_in_use, kept for reuse        |
 | peak_in_use      | max of bytes_in_use over the pool's life              |
 
-A HostBuffer's memoryview is valid until the buffer is released; released buffers are kept
-for reuse (best fit by size) until `trim()` or `close()` frees them, so a long run that
-forks the same snapshot size again and again does not grow memory.
+Memory safety of views. Each ggml buffer is freed by a finalizer that every memoryview over
+it keeps alive (through the cffi pointer its buffer object holds), so no view, numpy array or
+slice made from one can ever outlive the memory under it: `close()` and `trim()` only drop
+the pool's own references, and a buffer still viewed is freed when its last view goes.
+A released HostBuffer's block is reused (best fit by size) only if nothing made from its view
+is still alive; otherwise it is retired, so a stale view can never read the next owner's
+bytes. A long run that forks the same snapshot size again and again does not grow memory.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
+import sys
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._native import ffi, lib
@@ -40,13 +45,43 @@ class PoolStats:
     n_in_use: int
 
 
+log = logging.getLogger("swarmkv.pool")
+
+
+class _Keeper:
+    """Frees one ggml buffer when the last reference to it goes (weakref.finalize)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.finalizer = weakref.finalize(self, lib.ggml_backend_buffer_free, handle)
+
+
 @dataclass
 class _Block:
-    """One ggml buffer the pool holds; HostBuffers are one-use tickets for it."""
+    """One ggml buffer the pool holds; HostBuffers are one-use tickets for it.
+
+    `ptr` is the buffer's base address as a cffi pointer whose lifetime holds the keeper: a
+    memoryview over it (through ffi.buffer) keeps the ggml buffer alive.
+    """
 
     handle: Any
-    base: Any
+    ptr: Any
     capacity: int
+    keeper: _Keeper = field(repr=False)
+
+
+def _new_block(buft: Any, kind: str, nbytes: int) -> _Block:
+    handle = lib.ggml_backend_buft_alloc_buffer(buft, nbytes)
+    if handle == ffi.NULL:
+        raise PoolError(f"ggml_backend_buft_alloc_buffer({kind}, {nbytes}) failed")
+    keeper = _Keeper(handle)  # from here on the buffer is freed exactly once, whatever happens
+    size = int(lib.ggml_backend_buffer_get_size(handle))
+    base = lib.ggml_backend_buffer_get_base(handle)
+    if size < nbytes or base == ffi.NULL:
+        keeper.finalizer()
+        raise PoolError(f"{kind} buffer of {nbytes} bytes came back with {size} bytes")
+    # ffi.gc ties the keeper to this pointer object: the destructor (a no-op) holds it.
+    ptr = ffi.gc(ffi.cast("char *", base), lambda _p, _k=keeper: None)
+    return _Block(handle, ptr, size, keeper)
 
 
 class HostBuffer:
@@ -62,7 +97,8 @@ class HostBuffer:
         self.block = block
         self.capacity = block.capacity
         self.nbytes = nbytes
-        self._view: memoryview | None = memoryview(ffi.buffer(block.base, nbytes))
+        self._exporter: Any = ffi.buffer(block.ptr, nbytes)  # one per ticket: see _drop_view
+        self._view: memoryview | None = memoryview(self._exporter)
 
     @property
     def handle(self) -> Any:
@@ -82,27 +118,29 @@ class HostBuffer:
     def release(self) -> None:
         """Give the memory back to the pool (idempotent)."""
         if self._view is not None:
-            self._drop_view()
-            self._pool._give_back(self)
+            still_viewed = self._drop_view()
+            self._pool._give_back(self, reusable=not still_viewed)
 
-    def _drop_view(self) -> None:
+    def _drop_view(self) -> bool:
+        """Drop our view; True if something made from it (a numpy array, a slice, another
+        memoryview) is still alive and so still reads this memory."""
         view, self._view = self._view, None
-        if view is not None:
-            # someone may still export it (numpy): then only our reference goes
-            with contextlib.suppress(BufferError):
-                view.release()
+        if view is None:
+            return False
+        try:
+            view.release()
+        except BufferError:
+            return True
+        exporter, self._exporter = self._exporter, None
+        # Every memoryview made from ours shares one managed buffer that holds the exporter:
+        # beyond our local name and getrefcount's argument, a reference means one is alive.
+        return sys.getrefcount(exporter) > 2
 
     def __enter__(self) -> HostBuffer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def _free_all(handles: list[Any]) -> None:
-    for handle in handles:
-        lib.ggml_backend_buffer_free(handle)
-    handles.clear()
 
 
 def pick_buffer_type(prefer_device: bool) -> Any:
@@ -123,11 +161,11 @@ class HostBufferPool:
         self._buft = pick_buffer_type(prefer_device)
         self.kind = ffi.string(lib.ggml_backend_buft_name(self._buft)).decode()
         self._lock = threading.Lock()
-        self._handles: list[Any] = []  # every ggml buffer held; freed by the finalizer
+        self._blocks: list[_Block] = []  # every ggml buffer the pool holds
         self._free: list[_Block] = []
         self._in_use: dict[int, HostBuffer] = {}
         self._peak = 0
-        self._finalizer = weakref.finalize(self, _free_all, self._handles)
+        self._closed = False
 
     @property
     def pinned(self) -> bool:
@@ -138,7 +176,7 @@ class HostBufferPool:
         if nbytes < 1:
             raise PoolError(f"cannot allocate {nbytes} bytes")
         with self._lock:
-            if not self._finalizer.alive:
+            if self._closed:
                 raise PoolError("HostBufferPool is closed")
             block = self._take_free(nbytes) or self._new_block(nbytes)
             buf = HostBuffer(self, block, nbytes)
@@ -161,21 +199,21 @@ class HostBufferPool:
         return best
 
     def _new_block(self, nbytes: int) -> _Block:
-        handle = lib.ggml_backend_buft_alloc_buffer(self._buft, nbytes)
-        if handle == ffi.NULL:
-            raise PoolError(f"ggml_backend_buft_alloc_buffer({self.kind}, {nbytes}) failed")
-        size = int(lib.ggml_backend_buffer_get_size(handle))
-        base = lib.ggml_backend_buffer_get_base(handle)
-        if size < nbytes or base == ffi.NULL:
-            lib.ggml_backend_buffer_free(handle)
-            raise PoolError(f"{self.kind} buffer of {nbytes} bytes came back with {size} bytes")
-        self._handles.append(handle)
-        return _Block(handle, base, size)
+        block = _new_block(self._buft, self.kind, nbytes)
+        self._blocks.append(block)
+        return block
 
-    def _give_back(self, buf: HostBuffer) -> None:
+    def _give_back(self, buf: HostBuffer, reusable: bool) -> None:
         with self._lock:
-            if self._in_use.pop(id(buf), None) is not None and self._finalizer.alive:
+            if self._in_use.pop(id(buf), None) is None or self._closed:
+                return
+            if reusable:
                 self._free.append(buf.block)
+            else:
+                # Something made from the view still reads this memory: never hand it out
+                # again. It is freed when the last such view goes.
+                self._blocks.remove(buf.block)
+                log.debug("retired a %d-byte buffer still viewed after release", buf.capacity)
 
     def _bytes_in_use(self) -> int:
         return sum(b.capacity for b in self._in_use.values())
@@ -185,30 +223,28 @@ class HostBufferPool:
         with self._lock:
             freed = 0
             for block in self._free:
-                self._handles.remove(block.handle)
-                lib.ggml_backend_buffer_free(block.handle)
+                self._blocks.remove(block)  # the last reference: the keeper frees it now
                 freed += block.capacity
             self._free.clear()
             return freed
 
     def stats(self) -> PoolStats:
         with self._lock:
-            allocated = sum(int(lib.ggml_backend_buffer_get_size(h)) for h in self._handles)
             return PoolStats(
                 self.kind,
-                allocated,
+                sum(b.capacity for b in self._blocks),
                 self._bytes_in_use(),
                 self._peak,
-                len(self._handles),
+                len(self._blocks),
                 len(self._in_use),
             )
 
     def check(self) -> None:
         """Raise PoolError if the bookkeeping disagrees with the buffers held."""
         with self._lock:
-            held = [id(h) for h in self._handles]
-            tracked = [id(b.handle) for b in self._free]
-            tracked += [id(b.block.handle) for b in self._in_use.values()]
+            held = [id(b) for b in self._blocks]
+            tracked = [id(b) for b in self._free]
+            tracked += [id(b.block) for b in self._in_use.values()]
             if len(set(held)) != len(held) or sorted(held) != sorted(tracked):
                 raise PoolError(
                     f"pool integrity: {len(held)} buffers held, {len(tracked)} "
@@ -218,13 +254,15 @@ class HostBufferPool:
                 raise PoolError("pool integrity: a released buffer is still marked in use")
 
     def close(self) -> None:
-        """Free every buffer; views handed out become invalid. Idempotent."""
+        """Free every buffer now, except those a live view still reads (freed when it goes);
+        HostBuffers handed out refuse further use. Idempotent."""
         with self._lock:
             for buf in self._in_use.values():
                 buf._drop_view()
             self._free.clear()
             self._in_use.clear()
-            self._finalizer()
+            self._blocks.clear()
+            self._closed = True
 
     def __enter__(self) -> HostBufferPool:
         return self

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._native import LLAMA_CPP_COMMIT
 from .errors import SnapshotMismatchError
 from .llama import Context
 from .pool import HostBuffer, HostBufferPool
@@ -56,8 +57,10 @@ class KVSnapshot:
     def release(self) -> None:
         self.buffer.release()
 
-    def save(self, path: str | os.PathLike[str], llama_cpp_commit: str = "") -> Path:
-        """Write atomically (temp file + rename), so a reader never sees half a snapshot."""
+    def save(self, path: str | os.PathLike[str], llama_cpp_commit: str | None = None) -> Path:
+        """Write atomically: a temporary file in the same folder, fsync, rename, fsync of the
+        folder. A crash at any point leaves either the old file or the new one under `path`,
+        never half of one, and no temporary file is left behind by a failed save."""
         path = Path(path)
         header = json.dumps(
             {
@@ -66,18 +69,29 @@ class KVSnapshot:
                 "flags": self.flags,
                 "nbytes": self.nbytes,
                 "sha256": hashlib.sha256(self.data).hexdigest(),
-                "llama_cpp_commit": llama_cpp_commit,
+                "llama_cpp_commit": LLAMA_CPP_COMMIT
+                if llama_cpp_commit is None
+                else llama_cpp_commit,
             }
         ).encode()
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with tmp.open("wb") as f:
-            f.write(_MAGIC + struct.pack("<II", _VERSION, len(header)) + header)
-            f.write(self.data)
-        tmp.replace(path)
+        try:
+            with tmp.open("wb") as f:
+                f.write(_MAGIC + struct.pack("<II", _VERSION, len(header)) + header)
+                f.write(self.data)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
         return path
 
     @staticmethod
     def load(path: str | os.PathLike[str], pool: HostBufferPool) -> KVSnapshot:
+        """Read a snapshot file; every check (format, header, size, llama.cpp commit, checksum)
+        runs before the bytes are used, and a failed load holds no pool memory."""
         path = Path(path)
         with path.open("rb") as f:
             head = f.read(12)
@@ -89,12 +103,46 @@ class KVSnapshot:
                     f"{path}: snapshot version {version}, expected {_VERSION}"
                 )
             meta = _parse_header(path, f.read(header_len))
+            _check_commit(path, meta)
+            left = os.fstat(f.fileno()).st_size - f.tell()
+            if left != meta["nbytes"]:  # before allocating: a header may claim any size
+                raise SnapshotMismatchError(
+                    f"{path}: payload truncated or padded: the header says {meta['nbytes']} "
+                    f"bytes of state, the file holds {left}"
+                )
             buf = pool.alloc(meta["nbytes"])
-            got = f.readinto(buf.view)
-        if got != meta["nbytes"] or hashlib.sha256(buf.view).hexdigest() != meta["sha256"]:
-            buf.release()
-            raise SnapshotMismatchError(f"{path}: payload truncated or corrupt ({got} bytes read)")
+            try:
+                got = f.readinto(buf.view)
+                if got != meta["nbytes"] or hashlib.sha256(buf.view).hexdigest() != meta["sha256"]:
+                    raise SnapshotMismatchError(
+                        f"{path}: payload truncated or corrupt ({got} bytes read)"
+                    )
+            except BaseException:
+                buf.release()
+                raise
         return KVSnapshot(buf, tuple(meta["tokens"]), meta["model_fingerprint"], meta["flags"])
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX: the folder's entry must reach the disk)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_commit(path: Path, meta: dict[str, Any]) -> None:
+    # The state layout is llama.cpp's own and changes between versions: a snapshot from
+    # another commit must not reach llama_state_seq_set_data. "" marks an unrecorded commit.
+    theirs = meta.get("llama_cpp_commit", "")
+    if not isinstance(theirs, str):
+        raise SnapshotMismatchError(f"{path}: snapshot header lacks a valid 'llama_cpp_commit'")
+    if theirs and theirs != LLAMA_CPP_COMMIT:
+        raise SnapshotMismatchError(
+            f"{path}: llama_cpp_commit is {theirs[:12]} in the file, this build runs "
+            f"{LLAMA_CPP_COMMIT[:12]}"
+        )
 
 
 _HEADER_KEYS = {
@@ -158,8 +206,11 @@ def restore(ctx: Context, seq_id: int, snap: KVSnapshot) -> float:
             f"snapshot was taken with model {snap.model_fingerprint[:12]}, "
             f"context runs {ctx.model.fingerprint[:12]} ({ctx.model.path.name})"
         )
-    if snap.n_tokens > ctx.n_ctx:
-        raise SnapshotMismatchError(f"snapshot of {snap.n_tokens} tokens exceeds n_ctx={ctx.n_ctx}")
+    if snap.n_tokens > ctx.n_ctx_seq:  # one sequence's cells, not the whole context's
+        raise SnapshotMismatchError(
+            f"snapshot of {snap.n_tokens} tokens exceeds the {ctx.n_ctx_seq} cells of one "
+            f"sequence (n_ctx={ctx.n_ctx}, n_seq_max={ctx.n_seq_max})"
+        )
     t0 = time.perf_counter_ns()
     ctx.seq_rm(seq_id)
     ctx.state_seq_set(seq_id, snap.data, snap.flags)

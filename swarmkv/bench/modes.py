@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..handoff import MODES, ForkOptions
+from ..modes import MODES, ForkOptions
 
 VARIANTS = ("streams", "per_branch", "exact", "fa_off", "swa_window")
 # llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from .. import LLAMA_CPP_COMMIT, info
 from ..errors import SwarmKVError
+from ..interrupt import Interrupted
 from ..llama import Model, default_threads
 from ..pipeline import Pipeline
 from ..results import PipelineResult
@@ -146,6 +147,8 @@ def _trial(
         try:
             with PeakRSS() as rss:
                 res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
+        except Interrupted:
+            raise  # Ctrl-C ends the benchmark, it is not a broken mode
         except SwarmKVError as exc:  # one broken mode must not sink the whole run
             _note(run, f"{cfg.config_id} {spec.name} trial {trial} failed: {exc}")
             continue

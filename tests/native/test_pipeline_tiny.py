@@ -132,6 +132,20 @@ def test_branch_uses_upstream_text(tiny_model: Model, mode: str) -> None:
     assert res["second"].first_token_ms > res["first"].end_ms - 1e-6
 
 
+def test_user_names_like_internal_wave_nodes_do_not_collide(tiny_model: Model) -> None:
+    # fork mode adds one DAG node per wave of branches; its name must never be a user's
+    p = Pipeline(tiny_model, n_threads=1)
+    p.prefill("wave-1", text=DOC)
+    p.branch("wave-0", prompt=" Topic:", n_predict=3)
+    p.branch("_wave-0", prompt=" Again on {wave-0}:", after=["wave-1", "wave-0"], n_predict=3)
+    with p:
+        res = p.run(mode="fork")
+        ref = p.run(mode="baseline")
+    assert set(res.branches) == {"wave-0", "_wave-0"}
+    assert all(o.status == "ok" for o in res.outcomes.values())
+    assert [b.tokens for b in res.branches.values()] == [b.tokens for b in ref.branches.values()]
+
+
 def test_timeout_and_cancel_return_promptly(tiny_model: Model) -> None:
     cancel = threading.Event()
     cancel.set()

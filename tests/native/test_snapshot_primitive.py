@@ -229,9 +229,20 @@ def test_restore_refuses_a_snapshot_longer_than_the_context(
 ) -> None:
     too_long = KVSnapshot(snap.buffer, tuple(range(300)), snap.model_fingerprint)
     with Context(tiny_model, n_ctx=256, n_batch=64, n_threads=1) as small:
-        with pytest.raises(SnapshotMismatchError, match="exceeds n_ctx=256"):
+        with pytest.raises(SnapshotMismatchError, match=r"exceeds the 256 cells .*n_ctx=256"):
             swarmkv.restore(small, 0, too_long)
         assert small.seq_pos_max(0) == -1
+
+
+def test_restore_checks_one_sequences_cells_not_the_whole_context(
+    snap: KVSnapshot, tiny_model: Model
+) -> None:
+    # 2 streams of 256 cells: a 300-token snapshot fits n_ctx=512 but not one sequence
+    too_long = KVSnapshot(snap.buffer, tuple(range(300)), snap.model_fingerprint)
+    with Context(tiny_model, n_ctx=512, n_batch=64, n_seq_max=2, n_threads=1) as ctx:
+        assert ctx.n_ctx_seq == 256
+        with pytest.raises(SnapshotMismatchError, match=r"exceeds the 256 cells"):
+            swarmkv.restore(ctx, 1, too_long)
 
 
 @pytest.mark.parametrize(
@@ -254,3 +265,40 @@ def test_restore_detects_a_token_count_that_disagrees_with_the_bytes(
     lying = KVSnapshot(snap.buffer, snap.tokens[:-1], snap.model_fingerprint)
     with pytest.raises(SnapshotMismatchError, match="holds 100 positions"):
         swarmkv.restore(ctx2, 1, lying)
+
+
+def _with_header(path: Path, **changes: object) -> None:
+    head, header, payload = _split(path)
+    meta = {**json.loads(header), **changes}
+    raw = json.dumps(meta).encode()
+    path.write_bytes(head[:8] + struct.pack("<I", len(raw)) + raw + payload)
+
+
+def test_huge_size_claim_is_refused_before_allocating(
+    snap: KVSnapshot, pool: HostBufferPool, tmp_path: Path
+) -> None:
+    path = snap.save(tmp_path / "prefix.swkv")
+    _with_header(path, nbytes=8 << 30)
+    before = pool.stats()
+    with pytest.raises(SnapshotMismatchError, match=r"says 8589934592 bytes.*holds"):
+        KVSnapshot.load(path, pool)
+    after = pool.stats()
+    assert (after.n_buffers, after.bytes_allocated) == (before.n_buffers, before.bytes_allocated)
+
+
+def test_snapshot_from_another_llama_cpp_commit_is_refused(
+    snap: KVSnapshot, pool: HostBufferPool, tmp_path: Path
+) -> None:
+    path = snap.save(tmp_path / "prefix.swkv")
+    assert json.loads(_split(path)[1])["llama_cpp_commit"] == swarmkv.LLAMA_CPP_COMMIT
+    _with_header(path, llama_cpp_commit="f" * 40)
+    with pytest.raises(SnapshotMismatchError, match=r"ffffffffffff in the file, this build runs"):
+        KVSnapshot.load(path, pool)
+
+
+def test_failed_save_leaves_no_temporary_file(snap: KVSnapshot, tmp_path: Path) -> None:
+    target = tmp_path / "a-directory"
+    target.mkdir()
+    with pytest.raises(OSError):
+        snap.save(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory"]

@@ -1,0 +1,37 @@
+"""Handoff mode names and options: plain data, importable without the native library.
+
+The modes themselves (what each does with contexts and KV state) are in swarmkv.handoff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+MODES = ("host", "fork", "baseline")
+
+
+@dataclass(frozen=True)
+class ForkOptions:
+    """How fork mode lays out KV and packs decodes (measured alternatives, see README).
+
+    layout "unified": one KV buffer; branches share the prefix cells (zero copy).
+           "streams": one KV stream per sequence; seq_cp copies the prefix into each.
+    packing "batched": all branches in one decode per step.
+            "per_branch": one decode per branch per step.
+    streams + per_branch reproduces the baseline bit for bit; unified + batched is the
+    fastest and matches it except at near-ties (batched matmul shapes round differently).
+    """
+
+    layout: str = "unified"
+    packing: str = "batched"
+
+    def validate(self) -> None:
+        """Raise ConfigError for a layout or packing this mode does not know."""
+        if self.layout not in ("unified", "streams"):
+            raise ConfigError(f"fork layout must be 'unified' or 'streams', got {self.layout!r}")
+        if self.packing not in ("batched", "per_branch"):
+            raise ConfigError(
+                f"fork packing must be 'batched' or 'per_branch', got {self.packing!r}"
+            )
