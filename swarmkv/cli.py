@@ -16,11 +16,9 @@ Exit codes: 0 success; 1 a pipeline node failed (the other results are still pri
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
-import textwrap
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .bench.command import add_parser as add_bench_parser
+from .cli_output import (
+    format_result,
+    report_failures,
+    run_with_progress,
+    write_json,
+)
+from .demo_command import cmd_demo
 from .errors import SwarmKVError
 from .info_command import add_parser as add_info_parser
 from .interrupt import Interrupted, run_interruptibly
@@ -42,11 +47,7 @@ from .pipeline_toml import (
 )
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
-    from .llama import Model
-    from .pipeline import Pipeline
-    from .results import PipelineResult
+    pass
 
 PROG = "swarmkv"
 
@@ -150,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "baseline mode, and print the speedup.",
     )
     _common(demo)
-    demo.set_defaults(func=_cmd_demo)
+    demo.set_defaults(func=cmd_demo)
     add_bench_parser(subs)
     add_info_parser(subs)
     return parser
@@ -206,191 +207,15 @@ def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
     return spec.with_settings(settings_from_args(args))
 
 
-# -- running --------------------------------------------------------------------------------
-class PrefillBar:
-    """A tqdm bar on stderr, fed by Pipeline.run(progress=...).
-
-    Created on the first report, so a mode that reports no shared prefill (baseline) draws
-    nothing; disabled unless stderr is a terminal, so pipes and logs stay clean.
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._bar: tqdm[Any] | None = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self._bar is None:
-            from tqdm import tqdm
-
-            self._bar = tqdm(
-                total=total,
-                desc="prefill",
-                unit="tok",
-                file=sys.stderr,
-                leave=False,
-                dynamic_ncols=True,
-            )
-        self._bar.update(done - self._bar.n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
-
-def run_with_progress(pipe: Pipeline, mode: str, keep_logits: bool | str = False) -> PipelineResult:
-    """Run every node; failures are reported by the caller, not raised, to keep the rest."""
-    bar = PrefillBar(sys.stderr.isatty())
-    try:
-        return pipe.run(mode, raise_on_failure=False, progress=bar, keep_logits=keep_logits)
-    finally:
-        bar.close()
-
-
-def _report_failures(result: PipelineResult) -> int:
-    bad = [o for o in result.outcomes.values() if o.status != "ok"]
-    for o in bad:
-        sys.stderr.write(f"{PROG}: node {o.name!r} {o.status}: {o.reason or ''}\n")
-    return 1 if bad else 0
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)  # fully validated before build_pipeline loads the model
     with build_pipeline(spec) as pipe:
         result = run_with_progress(pipe, spec.mode)
     if args.json:
-        _write_json({**result.to_dict(), "ok": result.ok})
+        write_json({**result.to_dict(), "ok": result.ok})
     else:
         sys.stdout.write(format_result(result))
-    return _report_failures(result)
-
-
-# -- human output ---------------------------------------------------------------------------
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _answer_block(name: str, prompt: str, text: str) -> str:
-    answer = textwrap.indent(text.strip() or "(empty)", "            ").lstrip()
-    return f"{name}\n  prompt:   {prompt!r}\n  answer:   {answer}\n"
-
-
-def format_timings(result: PipelineResult) -> str:
-    """A compact table: pipeline totals, then one row per branch (milliseconds)."""
-    head = (
-        f"prefill_ms {_num(result.prefill_ms)}   e2e_ms {_num(result.e2e_ms)}   "
-        f"snapshot_bytes {result.snapshot_bytes}\n"
-    )
-    width = max([6, *(len(n) for n in result.branches)])
-    cols = f"{'branch':<{width}}  tokens  stop    activation_ms  restore_ms  decode_ms\n"
-    rows = [
-        f"{b.name:<{width}}  {len(b.tokens):>6}  {b.stop_reason:<6}  "
-        f"{_num(b.activation_ms):>13}  {_num(b.restore_ms):>10}  {_num(b.decode_ms):>9}\n"
-        for b in result.branches.values()
-    ]
-    return head + cols + "".join(rows)
-
-
-def format_result(result: PipelineResult) -> str:
-    title = (
-        f"mode {result.mode}   model {result.model}   {result.prefix_tokens} document "
-        f"tokens   n_ctx {result.n_ctx}\n\n"
-    )
-    answers = "".join(_answer_block(b.name, b.prompt, b.text) for b in result.branches.values())
-    return title + answers + "\n" + format_timings(result)
-
-
-def _write_json(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-
-
-# -- demo -----------------------------------------------------------------------------------
-def _demo_run(model: Model, mode: str, threads: int | None) -> PipelineResult:
-    from .demo_doc import DEMO_DOCUMENT, DEMO_N_PREDICT, DEMO_QUESTIONS, DEMO_STOP, demo_prompt
-    from .pipeline import Pipeline
-
-    with Pipeline(model, n_threads=threads) as pipe:
-        pipe.prefill("report", text=DEMO_DOCUMENT)
-        for name, question in DEMO_QUESTIONS:
-            pipe.branch(
-                name, prompt=demo_prompt(question), n_predict=DEMO_N_PREDICT, stop=DEMO_STOP
-            )
-        # every step's logits (2 branches x 48 x 1 MiB): a divergence is judged, not guessed
-        return run_with_progress(pipe, mode, keep_logits="all")
-
-
-def demo_summary(fork: PipelineResult, baseline: PipelineResult) -> dict[str, Any]:
-    """The demo's verdict: speedup of fork over baseline and per-branch token identity."""
-    from .fidelity import compare
-
-    shared = [n for n in fork.branches if n in baseline.branches]
-    fids = {
-        n: compare(fork[n].tokens, baseline[n].tokens, fork[n].step_logits, baseline[n].step_logits)
-        for n in shared
-    }
-    speedup = baseline.e2e_ms / fork.e2e_ms if fork.e2e_ms > 0 else float("nan")
-    return {
-        "speedup": round(speedup, 3),
-        "identical": {n: f.tokens_equal for n, f in fids.items()},
-        "fidelity": {n: f.describe() for n, f in fids.items()},
-        "fidelity_ok": all(f.ok for f in fids.values()),
-    }
-
-
-def format_demo(fork: PipelineResult, baseline: PipelineResult, summary: dict[str, Any]) -> str:
-    from .demo_doc import DEMO_N_PREDICT, DEMO_QUESTIONS
-
-    out = [
-        f"SwarmKV demo: a {fork.prefix_tokens}-token report, {len(DEMO_QUESTIONS)} "
-        f"questions, up to {DEMO_N_PREDICT} tokens each (model {fork.model})\n"
-    ]
-    titles = {
-        "fork": "fork: the report is prefilled once; branches share its KV cells",
-        "baseline": "baseline: every branch prefills the report itself",
-    }
-    for result in (fork, baseline):
-        out.append(f"\n== {titles[result.mode]}\n")
-        for name, question in DEMO_QUESTIONS:
-            text = result[name].text.strip() if name in result.branches else "(failed)"
-            out.append(f"{name}  {question}\n    -> {textwrap.indent(text, '       ').lstrip()}\n")
-    out.append(f"\n{'':<10}{'prefill_ms':>12}{'e2e_ms':>12}\n")
-    for result in (fork, baseline):
-        out.append(f"{result.mode:<10}{_num(result.prefill_ms):>12}{_num(result.e2e_ms):>12}\n")
-    out.append(f"\nspeedup (baseline e2e / fork e2e): {summary['speedup']:.2f}x\n")
-    out.append(
-        "fidelity of fork against the baseline (token ids; a divergence passes only at a "
-        "near-tie, where the top-2 logit gap is below the batching noise):\n"
-    )
-    out.extend(f"  {n}: {text}\n" for n, text in summary["fidelity"].items())
-    return "".join(out)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from .llama import Model
-    from .models import default_model_path
-
-    with Model(Path(args.model).expanduser() if args.model else default_model_path()) as model:
-        # fork first: whatever a cold start costs (page faults on the weights) counts
-        # against SwarmKV, not against the baseline it is compared with
-        fork = _demo_run(model, "fork", args.threads)
-        baseline = _demo_run(model, "baseline", args.threads)
-    summary = demo_summary(fork, baseline)
-    if args.json:
-        _write_json(
-            {
-                "model": fork.model,
-                "prefix_tokens": fork.prefix_tokens,
-                **summary,
-                "fork": fork.to_dict(),
-                "baseline": baseline.to_dict(),
-                "ok": fork.ok and baseline.ok,
-            }
-        )
-    else:
-        sys.stdout.write(format_demo(fork, baseline, summary))
-    return max(_report_failures(fork), _report_failures(baseline))
+    return report_failures(result)
 
 
 # -- entry point ----------------------------------------------------------------------------

@@ -15,7 +15,6 @@ thread (a segfault, found by sending Ctrl-C to `swarmkv run`).
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
 import threading
 import time
@@ -24,9 +23,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from swarmkv.errors import ConfigError, CycleError, DagError, PipelineError, SwarmKVError
+from swarmkv.dag_graph import topo_order
+from swarmkv.dag_graph import validate as validate_graph
+from swarmkv.errors import ConfigError, DagError, PipelineError, SwarmKVError
 from swarmkv.interrupt import INTERRUPT
 from swarmkv.interrupt import check as check_interrupt
+from swarmkv.threads import Worker, wait_all
 
 __all__ = ["Cancelled", "Dag", "DagResult", "Dep", "NodeContext", "NodeResult", "NodeStatus"]
 
@@ -34,8 +36,6 @@ _log = logging.getLogger("swarmkv.dag")
 
 # How often run() looks at the caller's cancel Event and the process-wide INTERRUPT.
 _POLL_S = 0.02
-# Joins wake this often, so a KeyboardInterrupt reaches the main thread while it waits.
-_JOIN_SLICE_S = 0.1
 
 NodeStatus = Literal["ok", "failed", "skipped", "cancelled"]
 
@@ -159,12 +159,12 @@ class Dag:
 
     def validate(self) -> None:
         """Raise DagError (self-edge, unknown name) or CycleError; runs no node."""
-        _validate(self._nodes)
+        validate_graph(self._nodes)
 
     def order(self) -> list[str]:
         """A topological order; among ready nodes the earliest added comes first."""
-        _validate(self._nodes)
-        return _topo_order(self._nodes)
+        validate_graph(self._nodes)
+        return topo_order(self._nodes)
 
     def run(
         self,
@@ -185,66 +185,26 @@ class Dag:
         if warn_every_s <= 0:
             raise ConfigError(f"warn_every_s must be > 0, got {warn_every_s}")
         nodes = dict(self._nodes)  # a snapshot, so add() during a run cannot change it
-        _validate(nodes)
-        order = _topo_order(nodes)
+        validate_graph(nodes)
+        order = topo_order(nodes)
         run = _Run(nodes, cancel)
-        workers: list[_Worker] = []
+        workers: list[Worker] = []
         try:
             for name in order:
-                workers.append(_Worker(name, functools.partial(run.work, nodes[name])))
+                workers.append(Worker(f"node-{name}", functools.partial(run.work, nodes[name])))
             run.supervise(timeout_s)
         except BaseException:
             # Interrupted (or out of threads): stop every worker and wait for it to end.
             run.stop("interrupted")
-            _join_all(workers, warn_every_s)
+            wait_all(workers, warn_every_s)
             raise
-        if _join_all(workers, warn_every_s):
+        if wait_all(workers, warn_every_s, on_interrupt=lambda: run.stop("interrupted")):
             raise KeyboardInterrupt
         check_interrupt()  # Ctrl-C in a CLI: every node has stopped; unwind the caller too
         result = run.collect(order)
         if raise_on_failure:
             result.raise_for_failure()
         return result
-
-
-class _Worker:
-    """A node's thread and an Event it sets as its very last act.
-
-    Waiting on the Event, not Thread.join: a KeyboardInterrupt that lands inside join() can
-    leave the thread marked stopped while it still runs (CPython gh-90882).
-    """
-
-    def __init__(self, name: str, fn: Callable[[], None]) -> None:
-        self.name = name
-        self.done = threading.Event()
-
-        def body() -> None:
-            try:
-                fn()
-            finally:
-                self.done.set()
-
-        threading.Thread(target=body, name=f"swarmkv-node-{name}", daemon=True).start()
-
-
-def _join_all(workers: list[_Worker], warn_every_s: float) -> bool:
-    """Wait for every worker, whatever arrives meanwhile; True if a KeyboardInterrupt did."""
-    interrupted = False
-    waited = 0.0
-    while True:
-        alive = [w for w in workers if not w.done.is_set()]
-        if not alive:
-            return interrupted
-        try:
-            alive[0].done.wait(_JOIN_SLICE_S)
-        except KeyboardInterrupt:
-            # Freeing native handles under a running node would crash: keep waiting.
-            interrupted = True
-            _log.warning("interrupted: waiting for %d node(s) to stop first", len(alive))
-        waited += _JOIN_SLICE_S
-        if waited >= warn_every_s:
-            waited = 0.0
-            _log.warning("still waiting for node(s) to stop: %s", ", ".join(w.name for w in alive))
 
 
 def _as_dep(owner: str, dep: str | Dep) -> Dep:
@@ -255,65 +215,6 @@ def _as_dep(owner: str, dep: str | Dep) -> Dep:
     if dep.signal is not None and (not isinstance(dep.signal, str) or not dep.signal):
         raise DagError(f"node {owner!r}: signal of {dep.node!r} must be a non-empty string")
     return dep
-
-
-def _validate(nodes: dict[str, _Node]) -> None:
-    for node in nodes.values():
-        for dep in node.dep_names():
-            if dep == node.name:
-                raise DagError(f"node {node.name!r} depends on itself")
-            if dep not in nodes:
-                raise DagError(f"node {node.name!r} depends on unknown node {dep!r}")
-    cycle = _find_cycle(nodes)
-    if cycle is not None:
-        raise CycleError(cycle)
-
-
-def _find_cycle(nodes: dict[str, _Node]) -> list[str] | None:
-    """A cycle as ["a", "b", "a"] (each waits for the next), starting at its earliest node."""
-    # Iterative DFS: a long chain of nodes must not hit Python's recursion limit.
-    index = {name: i for i, name in enumerate(nodes)}
-    state: dict[str, int] = {}  # 1: on the current path, 2: fully explored
-    for root in nodes:
-        if root in state:
-            continue
-        state[root] = 1
-        path, stack = [root], [iter(nodes[root].dep_names())]
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                stack.pop()
-            elif state.get(nxt) == 1:
-                loop = path[path.index(nxt) :]
-                first = loop.index(min(loop, key=index.__getitem__))
-                loop = loop[first:] + loop[:first]
-                return [*loop, loop[0]]
-            elif nxt not in state:
-                state[nxt] = 1
-                path.append(nxt)
-                stack.append(iter(nodes[nxt].dep_names()))
-    return None
-
-
-def _topo_order(nodes: dict[str, _Node]) -> list[str]:
-    names = list(nodes)
-    index = {name: i for i, name in enumerate(names)}
-    waiting = {name: len(node.dep_names()) for name, node in nodes.items()}
-    dependents: dict[str, list[str]] = {name: [] for name in names}
-    for node in nodes.values():
-        for dep in node.dep_names():
-            dependents[dep].append(node.name)
-    ready = [index[name] for name in names if waiting[name] == 0]
-    order: list[str] = []
-    while ready:
-        name = names[heapq.heappop(ready)]
-        order.append(name)
-        for child in dependents[name]:
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                heapq.heappush(ready, index[child])
-    return order
 
 
 def _settled(

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from .errors import SwarmKVError
+from .threads import Worker, wait_all
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ def check() -> None:
         raise Interrupted("interrupted")
 
 
-def run_interruptibly(fn: Callable[[], T], poll_s: float = 0.1) -> tuple[T | None, bool]:
+def run_interruptibly(fn: Callable[[], T]) -> tuple[T | None, bool]:
     """Run fn in a worker thread; return (its result, whether Ctrl-C was pressed).
 
     A KeyboardInterrupt in the main thread sets INTERRUPT and waits for fn to unwind (a
@@ -43,25 +44,14 @@ def run_interruptibly(fn: Callable[[], T], poll_s: float = 0.1) -> tuple[T | Non
     other than Interrupted is re-raised here.
     """
     box: dict[str, object] = {}
-    # Wait on an Event, not Thread.join: a KeyboardInterrupt that lands inside join() can
-    # leave the thread marked stopped while it still runs (CPython gh-90882).
-    done = threading.Event()
 
     def target() -> None:
         try:
             box["result"] = fn()
         except BaseException as exc:
             box["error"] = exc
-        finally:
-            done.set()
 
-    threading.Thread(target=target, name="swarmkv-main", daemon=True).start()
-    while True:
-        try:
-            if done.wait(poll_s):
-                break
-        except KeyboardInterrupt:
-            INTERRUPT.set()
+    wait_all([Worker("main", target)], warn_every_s=float("inf"), on_interrupt=INTERRUPT.set)
     error = box.get("error")
     if isinstance(error, Interrupted) or INTERRUPT.is_set():
         return None, True

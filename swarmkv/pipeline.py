@@ -20,20 +20,19 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .budget import BranchNeed, plan_budget
 from .concurrency import ConcurrencyPolicy
-from .dag import Dag, DagResult
-from .decoding import TokenCallback
+from .dag import Dag
 from .errors import ConfigError, DagError, PipelineError
-from .handoff import MODES, ForkOptions, Plan, Skipped, build_baseline, build_fork, build_host
-from .llama import Context, ContextConfig, FlashAttn, Model
+from .handoff import Handoff, Plan, make_handoff
+from .llama import ContextConfig, FlashAttn, Model
 from .models import default_model_path
+from .modes import ForkOptions
 from .nodes import BranchNode, PrefillNode
 from .pool import HostBufferPool
 from .results import BranchResult, NodeOutcome, PipelineResult, ms
-from .sampling import SamplerConfig
+from .sampling import SamplerConfig, TokenCallback
 
 log = logging.getLogger("swarmkv.pipeline")
 
@@ -149,22 +148,17 @@ class Pipeline:
         order = shape.order()  # validates: unknown names, self-edges, cycles
         return [self.branches[n] for n in order if n in self.branches]
 
-    def _plan(self, opts: RunOptions, t0: int, progress: Callable[[int, int], None] | None) -> Plan:
-        if opts.mode not in MODES:
-            raise ConfigError(f"unknown mode {opts.mode!r}; choose one of {', '.join(MODES)}")
+    def _plan(
+        self,
+        handoff: Handoff,
+        opts: RunOptions,
+        t0: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> Plan:
+        """Validate, tokenize and size everything for one run; allocates only the pool."""
+        handoff.check(self.model, self.base)
         branches = self._ordered_branches()
         assert self.doc is not None
-        if (
-            opts.mode == "fork"
-            and self.model.n_swa > 0
-            and not self.base.resolved_swa_full(self.model)
-        ):
-            # forked sequences share every SWA cell, so none can be recycled as the window
-            # slides, and a window-sized SWA cache fills up at the first branch token
-            raise ConfigError(
-                "fork mode needs swa_full=True on a sliding-window model "
-                f"(n_swa={self.model.n_swa}); use host mode for swa_full=False"
-            )
         doc_tokens = self.doc.tokenize(self.model)
         n_pred = {b.name: b.n_predict for b in branches}
         needs = []
@@ -184,11 +178,10 @@ class Pipeline:
                 )
             )
         # fork with per-sequence streams sizes each stream like one branch's own context
-        shared = opts.mode == "fork" and self.fork.layout == "unified"
         n_ctx = plan_budget(
             len(doc_tokens),
             needs,
-            mode="fork" if shared else "host",
+            mode="fork" if handoff.shares_context else "host",
             n_ctx=self.n_ctx,
             n_ctx_train=self.model.n_ctx_train,
         )
@@ -227,19 +220,15 @@ class Pipeline:
         """
         opts = RunOptions(mode, timeout_s, raise_on_failure, keep_logits)
         t0 = time.perf_counter_ns()
-        plan = self._plan(opts, t0, progress)
-        holder: list[Context] = []
+        handoff = make_handoff(mode, self.fork)
+        plan = self._plan(handoff, opts, t0, progress)
         try:
-            if mode == "fork":
-                dag = build_fork(plan, holder)
-            else:
-                dag = (build_host if mode == "host" else build_baseline)(plan)
-            dres = dag.run(timeout_s=timeout_s, cancel=cancel)
-        finally:
-            for ctx in holder:
-                ctx.close()
+            dres = handoff.build(plan).run(timeout_s=timeout_s, cancel=cancel)
+        finally:  # Dag.run has joined every node thread, on every path: now free
+            handoff.close()
             plan.release_snapshots()
-        result = _collect(plan, opts, dres, time.perf_counter_ns())
+        outcomes, branches = handoff.collect(plan, dres)
+        result = _result(plan, opts, outcomes, branches, time.perf_counter_ns())
         log.info(
             "%s: %d branches, prefill %.1f ms, e2e %.1f ms",
             mode,
@@ -270,49 +259,13 @@ def _raise_failures(failures: list[NodeOutcome]) -> None:
     raise PipelineError(f"{len(failures)} pipeline node(s) failed: {detail}") from failures[0].error
 
 
-def _outcomes(
-    plan: Plan, mode: str, dres: DagResult
-) -> tuple[dict[str, NodeOutcome], dict[str, BranchResult]]:
-    doc = dres[plan.doc.name]
-    outcomes = {doc.name: NodeOutcome(doc.name, doc.status, doc.reason, doc.error)}
-    if mode == "fork":
-        values = _fork_outcomes(plan, dres, outcomes)
-    else:
-        values = {}
-        for b in plan.branches:
-            nr = dres[b.name]
-            outcomes[b.name] = NodeOutcome(b.name, nr.status, nr.reason, nr.error)
-            values[b.name] = nr.value
-    branches = {n: v for n, v in values.items() if isinstance(v, BranchResult)}
-    return outcomes, branches
-
-
-def _fork_outcomes(plan: Plan, dres: DagResult, outcomes: dict[str, NodeOutcome]) -> dict[str, Any]:
-    """Per-branch outcomes from the wave nodes; a branch whose wave never delivered a value
-    takes that wave's status (the first wave that did not finish ok)."""
-    waves = [dres[n] for n in plan.wave_names]
-    values: dict[str, Any] = {}
-    for nr in waves:
-        if nr.status == "ok":
-            values.update(nr.value)
-    stopped = next((r for r in waves if r.status != "ok"), None)
-    for b in plan.branches:
-        v = values.get(b.name)
-        if isinstance(v, BranchResult):
-            outcomes[b.name] = NodeOutcome(b.name, "ok")
-        elif isinstance(v, Skipped):
-            outcomes[b.name] = NodeOutcome(b.name, "skipped", v.reason)
-        elif isinstance(v, BaseException):
-            outcomes[b.name] = NodeOutcome(b.name, "failed", repr(v), v)
-        elif stopped is not None:
-            outcomes[b.name] = NodeOutcome(b.name, stopped.status, stopped.reason, stopped.error)
-        else:
-            outcomes[b.name] = NodeOutcome(b.name, "skipped")
-    return values
-
-
-def _collect(plan: Plan, opts: RunOptions, dres: DagResult, t_end: int) -> PipelineResult:
-    outcomes, branches = _outcomes(plan, opts.mode, dres)
+def _result(
+    plan: Plan,
+    opts: RunOptions,
+    outcomes: dict[str, NodeOutcome],
+    branches: dict[str, BranchResult],
+    t_end: int,
+) -> PipelineResult:
     prefill = statistics.median(plan.prefill_ns) if plan.prefill_ns else 0
     ends = [b.end_ms for b in branches.values()]
     return PipelineResult(

@@ -12,16 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from swarmkv.cli import (
-    PrefillBar,
-    demo_summary,
-    format_demo,
-    format_result,
-    main,
-    parse_args,
-    spec_from_args,
-    unescape,
-)
+from swarmkv.cli import main, parse_args, spec_from_args, unescape
+from swarmkv.cli_output import PrefillBar, format_result
+from swarmkv.demo_command import demo_summary, format_demo
 from swarmkv.errors import ConfigError
 from swarmkv.pipeline_toml import (
     BranchSpec,

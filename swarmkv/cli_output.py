@@ -1,0 +1,106 @@
+"""What the CLI prints: a progress bar for the prefill, results as text or JSON.
+
+Shared by `swarmkv run` (cli.py) and `swarmkv demo` (demo_command.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from .pipeline import Pipeline
+    from .results import PipelineResult
+
+PROG = "swarmkv"
+
+
+class PrefillBar:
+    """A tqdm bar on stderr, fed by Pipeline.run(progress=...).
+
+    Created on the first report, so a mode that reports no shared prefill (baseline) draws
+    nothing; disabled unless stderr is a terminal, so pipes and logs stay clean.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._bar: tqdm[Any] | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total,
+                desc="prefill",
+                unit="tok",
+                file=sys.stderr,
+                leave=False,
+                dynamic_ncols=True,
+            )
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def run_with_progress(pipe: Pipeline, mode: str, keep_logits: bool | str = False) -> PipelineResult:
+    """Run every node; failures are reported by the caller, not raised, to keep the rest."""
+    bar = PrefillBar(sys.stderr.isatty())
+    try:
+        return pipe.run(mode, raise_on_failure=False, progress=bar, keep_logits=keep_logits)
+    finally:
+        bar.close()
+
+
+def report_failures(result: PipelineResult) -> int:
+    bad = [o for o in result.outcomes.values() if o.status != "ok"]
+    for o in bad:
+        sys.stderr.write(f"{PROG}: node {o.name!r} {o.status}: {o.reason or ''}\n")
+    return 1 if bad else 0
+
+
+def num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _answer_block(name: str, prompt: str, text: str) -> str:
+    answer = textwrap.indent(text.strip() or "(empty)", "            ").lstrip()
+    return f"{name}\n  prompt:   {prompt!r}\n  answer:   {answer}\n"
+
+
+def format_timings(result: PipelineResult) -> str:
+    """A compact table: pipeline totals, then one row per branch (milliseconds)."""
+    head = (
+        f"prefill_ms {num(result.prefill_ms)}   e2e_ms {num(result.e2e_ms)}   "
+        f"snapshot_bytes {result.snapshot_bytes}\n"
+    )
+    width = max([6, *(len(n) for n in result.branches)])
+    cols = f"{'branch':<{width}}  tokens  stop    activation_ms  restore_ms  decode_ms\n"
+    rows = [
+        f"{b.name:<{width}}  {len(b.tokens):>6}  {b.stop_reason:<6}  "
+        f"{num(b.activation_ms):>13}  {num(b.restore_ms):>10}  {num(b.decode_ms):>9}\n"
+        for b in result.branches.values()
+    ]
+    return head + cols + "".join(rows)
+
+
+def format_result(result: PipelineResult) -> str:
+    title = (
+        f"mode {result.mode}   model {result.model}   {result.prefix_tokens} document "
+        f"tokens   n_ctx {result.n_ctx}\n\n"
+    )
+    answers = "".join(_answer_block(b.name, b.prompt, b.text) for b in result.branches.values())
+    return title + answers + "\n" + format_timings(result)
+
+
+def write_json(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")

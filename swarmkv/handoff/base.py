@@ -1,0 +1,189 @@
+"""What every handoff mode shares: the Plan, the Handoff interface, branch decoding.
+
+A handoff mode decides how a branch gets the document's KV state (host.py, fork.py,
+baseline.py). Pipeline.run drives every mode through the same four calls, with no mode
+checks of its own:
+
+    handoff.check(model, config)        pure checks, before any allocation
+    dag = handoff.build(plan)           the DAG of prefill and branch work
+    dag.run(...)                        every node thread joined on every path
+    handoff.collect(plan, dag_result)   per-branch outcomes and results
+    handoff.close()                     frees what build() allocated (always, in finally)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..batch import Batch
+from ..concurrency import ConcurrencyPolicy
+from ..dag import Dag, DagResult, Dep, NodeContext
+from ..decoding import (
+    BranchState,
+    DecodeStats,
+    chunk_bounds,
+    decode_prompts,
+    generation_loop,
+    new_state,
+)
+from ..llama import Context, ContextConfig, Model
+from ..modes import ForkOptions
+from ..nodes import BranchNode, PrefillNode
+from ..pool import HostBufferPool
+from ..results import BranchResult, NodeOutcome, ms
+from ..snapshot import KVSnapshot
+
+
+class Handoff:
+    """One way to hand the document's KV state to branches. Subclasses set `name` and
+    implement build(); the defaults suit modes with one DAG node per branch."""
+
+    name = ""
+    shares_context = False  # True: every branch lives in one context (budget: "fork")
+
+    def check(self, model: Model, config: ContextConfig) -> None:
+        """Raise ConfigError for settings this mode cannot run; no native work."""
+
+    def build(self, plan: Plan) -> Dag:
+        raise NotImplementedError
+
+    def collect(
+        self, plan: Plan, dres: DagResult
+    ) -> tuple[dict[str, NodeOutcome], dict[str, BranchResult]]:
+        """Outcome of the document node and of every branch, and the branches' results."""
+        outcomes = {plan.doc.name: _outcome(dres, plan.doc.name)}
+        branches: dict[str, BranchResult] = {}
+        for b in plan.branches:
+            outcomes[b.name] = _outcome(dres, b.name)
+            value = dres[b.name].value
+            if isinstance(value, BranchResult):
+                branches[b.name] = value
+        return outcomes, branches
+
+    def close(self) -> None:
+        """Free what build() allocated; called after the DAG's threads have all ended."""
+
+
+def _outcome(dres: DagResult, name: str) -> NodeOutcome:
+    nr = dres[name]
+    return NodeOutcome(name, nr.status, nr.reason, nr.error)
+
+
+@dataclass
+class Plan:
+    """Everything a mode needs, validated and tokenized before any context exists."""
+
+    model: Model
+    doc: PrefillNode
+    doc_tokens: list[int]
+    branches: list[BranchNode]  # topological order
+    base: ContextConfig  # n_batch, threads, swa_full, flash_attn, kv types
+    n_ctx: int  # branch contexts (host, baseline) or the shared context (fork)
+    pool: HostBufferPool
+    policy: ConcurrencyPolicy
+    t0_ns: int
+    fork: ForkOptions = field(default_factory=ForkOptions)
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    keep_logits: bool | str = False
+    progress: Callable[[int, int], None] | None = None
+    prefill_ns: list[int] = field(default_factory=list)
+    snapshot_bytes: int = 0
+    kv_bytes: int | None = None
+    ready_ns: dict[int, int] = field(default_factory=dict)  # prefix length -> when available
+    share_ns: dict[int, int] = field(default_factory=dict)  # fork: seq_cp time per branch
+    snapshots: list[KVSnapshot] = field(default_factory=list)  # host: released after the run
+    wave_names: list[str] = field(default_factory=list)  # fork: the DAG nodes that decode
+
+    def release_snapshots(self) -> None:
+        for snap in self.snapshots:
+            snap.release()
+        self.snapshots.clear()
+
+    def prefix_len(self, b: BranchNode) -> int:
+        return b.required_prefix_tokens or len(self.doc_tokens)
+
+    def cuts(self) -> list[int]:
+        return sorted({self.prefix_len(b) for b in self.branches})
+
+    def bounds(self) -> list[tuple[int, int]]:
+        return chunk_bounds(len(self.doc_tokens), self.base.n_batch, self.cuts())
+
+    def context(self, n_ctx: int, **kw: Any) -> Context:
+        return Context(self.model, replace(self.base, n_ctx=n_ctx, **kw))
+
+    def upstream_text(self, b: BranchNode, inputs: dict[str, Any]) -> dict[str, str]:
+        return {n: inputs[n].text for n in b.placeholders()}
+
+    def state(self, b: BranchNode, seq_id: int, inputs: dict[str, Any]) -> BranchState:
+        prompt = b.prompt_tokens(self.model, self.upstream_text(b, inputs))
+        return new_state(
+            self.model,
+            b.name,
+            seq_id,
+            prompt,
+            self.prefix_len(b),
+            b.n_predict,
+            b.sampler,
+            stop=b.stop,
+            on_token=b.on_token,
+            keep_logits=self.keep_logits,
+        )
+
+
+def result_of(
+    plan: Plan,
+    b: BranchNode,
+    st: BranchState,
+    t_ready_ns: int,
+    t_decode_ns: int,
+    **timings: float | None,
+) -> BranchResult:
+    """Raise the branch's own error, else package its output and timings."""
+    if st.error is not None:
+        raise st.error
+    first = st.t_first_ns or st.t_end_ns or time.perf_counter_ns()
+    end = st.t_end_ns or time.perf_counter_ns()
+    return BranchResult(
+        name=b.name,
+        prompt=b.prompt,
+        text=st.text,
+        tokens=tuple(st.tokens),
+        stop_reason=st.stop_reason or "error",
+        prefix_tokens=plan.prefix_len(b),
+        prompt_tokens=len(st.prompt_tokens),
+        activation_ms=ms(first - t_ready_ns),
+        decode_ms=ms(end - t_decode_ns),
+        first_token_ms=ms(first - plan.t0_ns),
+        end_ms=ms(end - plan.t0_ns),
+        step_logits=tuple(st.step_logits),
+        restore_ms=timings.get("restore_ms"),
+        fork_copy_ms=timings.get("fork_copy_ms"),
+        prefill_ms=timings.get("prefill_ms"),
+        wait_ms=timings.get("wait_ms"),
+    )
+
+
+def deps(plan: Plan, b: BranchNode) -> list[str | Dep]:
+    """The document (at the branch's watermark) plus the upstream branches it names."""
+    w = plan.prefix_len(b)
+    doc = plan.doc.name if w == len(plan.doc_tokens) else Dep(plan.doc.name, f"prefix:{w}")
+    return [doc, *(a for a in b.after if a != plan.doc.name)]
+
+
+def prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
+    w = plan.prefix_len(b)
+    return (
+        inputs[plan.doc.name]
+        if w == len(plan.doc_tokens)
+        else inputs[f"{plan.doc.name}@prefix:{w}"]
+    )
+
+
+def run_branch(plan: Plan, ctx: Context, states: list[BranchState], nctx: NodeContext) -> None:
+    """Decode the branches' prompts, then generate until each stops (cancellable)."""
+    with Batch(max(plan.base.n_batch, len(states)), 1) as batch:
+        decode_prompts(ctx, states, batch, plan.fork.packing, plan.stats, nctx.check_cancelled)
+        generation_loop(ctx, states, batch, nctx.check_cancelled, plan.fork.packing, plan.stats)

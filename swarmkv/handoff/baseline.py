@@ -1,0 +1,50 @@
+"""baseline mode: no sharing at all, the cost SwarmKV removes and the answers it must match."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from ..batch import Batch
+from ..dag import Dag, NodeContext
+from ..decoding import prefill_chunks as _prefill
+from ..nodes import BranchNode
+from ..results import BranchResult, ms
+from .base import Handoff, Plan, result_of, run_branch
+
+
+class BaselineHandoff(Handoff):
+    """The reference: every branch prefills the whole document itself in a fresh context,
+    in the same chunks as the shared prefill, then decodes its prompt."""
+
+    name = "baseline"
+
+    def build(self, plan: Plan) -> Dag:
+        dag = Dag()
+        dag.add(plan.doc.name, lambda n: _baseline_doc(plan))
+        for b in plan.branches:
+            after = [plan.doc.name, *(a for a in b.after if a != plan.doc.name)]
+            dag.add(b.name, functools.partial(_baseline_branch, plan, b), after=after)
+        return dag
+
+
+def _baseline_doc(plan: Plan) -> list[int]:
+    plan.ready_ns[len(plan.doc_tokens)] = time.perf_counter_ns()
+    return plan.doc_tokens
+
+
+def _baseline_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
+    w = plan.prefix_len(b)
+    bounds = [(lo, hi) for lo, hi in plan.bounds() if hi <= w]  # the prefill's own chunks
+    with plan.policy.context_slot():
+        nctx.check_cancelled()  # the run may have stopped while this branch waited
+        ready = time.perf_counter_ns()
+        with plan.context(plan.n_ctx) as ctx, Batch(plan.base.n_batch) as batch:
+            t = time.perf_counter_ns()
+            _prefill(ctx, plan.doc_tokens, 0, bounds, batch, lambda _hi: nctx.check_cancelled())
+            prefill_ns = time.perf_counter_ns() - t
+            plan.prefill_ns.append(prefill_ns)
+            st = plan.state(b, 0, nctx.inputs)
+            t_dec = time.perf_counter_ns()
+            run_branch(plan, ctx, [st], nctx)
+    return result_of(plan, b, st, ready, t_dec, prefill_ms=ms(prefill_ns))

@@ -1,0 +1,79 @@
+"""host mode: the document's state crosses host memory once, then one copy per branch."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from ..batch import Batch
+from ..budget import DEFAULT_HEADROOM, round_ctx
+from ..dag import Dag, NodeContext
+from ..decoding import prefill_chunks as _prefill
+from ..nodes import BranchNode
+from ..results import BranchResult, ms
+from ..snapshot import KVSnapshot, capture, restore
+from .base import Handoff, Plan, deps, prefix_input, result_of, run_branch
+
+
+class HostHandoff(Handoff):
+    """The paper's design: the prefix goes once into a pool buffer; each branch copies the
+    bytes (copy-on-fork) and restores them into a fresh context of its own."""
+
+    name = "host"
+
+    def build(self, plan: Plan) -> Dag:
+        dag = Dag()
+        dag.add(plan.doc.name, lambda n: _host_prefill(plan, n))
+        for b in plan.branches:
+            dag.add(b.name, functools.partial(_host_branch, plan, b), after=deps(plan, b))
+        return dag
+
+
+def _host_prefill(plan: Plan, nctx: NodeContext) -> KVSnapshot:
+    toks, full = plan.doc_tokens, len(plan.doc_tokens)
+    cuts = set(plan.cuts()) - {full}
+
+    def on_chunk(hi: int) -> None:
+        if plan.progress:
+            plan.progress(hi, full)
+        if hi in cuts:  # a watermark: publish exactly the first hi tokens, keep decoding
+            snap = capture(ctx, 0, plan.pool, tuple(toks[:hi]))
+            plan.snapshots.append(snap)
+            plan.ready_ns[hi] = time.perf_counter_ns()
+            nctx.publish(f"prefix:{hi}", snap)
+        nctx.check_cancelled()
+
+    with plan.context(round_ctx(full + DEFAULT_HEADROOM)) as ctx, Batch(plan.base.n_batch) as b:
+        t = time.perf_counter_ns()
+        _prefill(ctx, toks, 0, plan.bounds(), b, on_chunk)
+        plan.prefill_ns.append(time.perf_counter_ns() - t)
+        snap = capture(ctx, 0, plan.pool, tuple(toks))
+        plan.snapshots.append(snap)
+    plan.snapshot_bytes = snap.nbytes
+    plan.ready_ns[full] = time.perf_counter_ns()
+    return snap
+
+
+def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
+    snap: KVSnapshot = prefix_input(plan, b, nctx.inputs)
+    available = plan.ready_ns[snap.n_tokens]
+    with plan.policy.context_slot():
+        nctx.check_cancelled()  # the run may have stopped while this branch waited
+        # like the baseline's: a branch may start once its input AND a context slot exist;
+        # the wait for the slot is reported separately (wait_ms)
+        ready = max(available, time.perf_counter_ns())
+        wait_ms = ms(ready - available)
+        t = time.perf_counter_ns()
+        own = snap.fork(plan.pool)  # copy-on-fork: this branch's private bytes
+        copy_ms = ms(time.perf_counter_ns() - t)
+        try:
+            with plan.context(plan.n_ctx) as ctx:
+                restore_ms = restore(ctx, 0, own)
+                st = plan.state(b, 0, nctx.inputs)
+                t_dec = time.perf_counter_ns()
+                run_branch(plan, ctx, [st], nctx)
+        finally:
+            own.release()
+    return result_of(
+        plan, b, st, ready, t_dec, restore_ms=restore_ms, fork_copy_ms=copy_ms, wait_ms=wait_ms
+    )

@@ -1,0 +1,68 @@
+"""Every script in examples/ runs on the default model and prints what it promises, so the
+examples never rot. Each runs as a user would: `python examples/NAME.py` from another folder."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.model
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(name: str, tmp_path: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+def test_every_example_is_tested() -> None:
+    tested = {"fan_out_by_hand.py", "fork_in_context.py", "rope_offset_pitfall.py",
+              "watermark_stream.py", "snapshot_to_disk.py"}  # fmt: skip
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+    for path in EXAMPLES.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 80, f"{path.name} is over 80 lines"
+
+
+def test_fan_out_by_hand(tmp_path: Path) -> None:
+    out = run_example("fan_out_by_hand.py", tmp_path)
+    assert re.search(r"prefilled \d+ tokens once; snapshot [\d.]+ MiB", out)
+    assert out.count("identical to a fresh prefill: True") == 2, out
+
+
+def test_fork_in_context(tmp_path: Path) -> None:
+    out = run_example("fork_in_context.py", tmp_path)
+    assert "decoded once; 3 branches" in out
+    assert out.count("  -> ") == 3 and "5.6 metres" in out, out
+
+
+def test_rope_offset_pitfall(tmp_path: Path) -> None:
+    out = run_example("rope_offset_pitfall.py", tmp_path)
+    assert "(after the document): '5.6 metres.'" in out
+    assert "refused: position gap in seq 1" in out
+    nmse = float(re.search(r"NMSE ([\d.e+-]+)", out).group(1))  # type: ignore[union-attr]
+    assert nmse > 1e-2, out
+
+
+def test_watermark_stream(tmp_path: Path) -> None:
+    out = run_example("watermark_stream.py", tmp_path)
+    assert "title answered before the full prefill ended: True" in out, out
+    assert "Port Alder" in out
+
+
+def test_snapshot_to_disk(tmp_path: Path) -> None:
+    out = run_example("snapshot_to_disk.py", tmp_path)
+    assert "child: loaded in" in out and "no prefill" in out
+    assert "child's answer identical: True" in out, out
