@@ -42,13 +42,16 @@ class Batch(Owned):
 
     @property
     def raw(self) -> Any:
+        """The llama_batch struct; raises SwarmKVError once the batch is closed."""
         return self._live(self._raw)
 
     @property
     def n_tokens(self) -> int:
+        """Number of rows (tokens) added since the last clear()."""
         return int(self._raw.n_tokens)
 
     def clear(self) -> None:
+        """Empty the batch for reuse: n_tokens = 0 and the sequence spans forgotten."""
         self.raw.n_tokens = 0
         self._spans.clear()
 
@@ -134,6 +137,7 @@ class Sampler(Owned):
 
     @property
     def ptr(self) -> Any:
+        """The llama_sampler chain pointer; raises SwarmKVError once the sampler is closed."""
         return self._live(self._ptr)
 
     def sample(self, ctx: Context, i: int) -> int:
@@ -150,4 +154,5 @@ class Sampler(Owned):
         return int(lib.llama_sampler_sample(ptr, ctx.ptr, i))
 
     def reset(self) -> None:
+        """Reset the state of every stage in the chain (llama_sampler_reset)."""
         lib.llama_sampler_reset(self.ptr)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from .errors import ContextBudgetError
 
+GGML_MAX_N_THREADS = 512  # ggml.h: a threadpool larger than this is refused or truncated
+
 # Cells kept free beyond the exact need: llama.cpp pads the KV view and a stop-string check may
 # decode a token past the last one returned.
 DEFAULT_HEADROOM = 16
@@ -16,6 +18,8 @@ CTX_ROUND = 256
 
 @dataclass(frozen=True)
 class BranchNeed:
+    """What one branch needs of the context, in tokens."""
+
     name: str
     prompt_tokens: int
     n_predict: int
@@ -23,10 +27,12 @@ class BranchNeed:
 
     @property
     def tokens(self) -> int:
+        """Tokens the branch adds after its prefix: prompt plus n_predict."""
         return self.prompt_tokens + self.n_predict
 
 
 def round_ctx(n: int) -> int:
+    """n rounded up to a multiple of CTX_ROUND (256)."""
     return -(-n // CTX_ROUND) * CTX_ROUND
 
 

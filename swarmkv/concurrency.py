@@ -36,5 +36,6 @@ class ConcurrencyPolicy:
 
     @contextmanager
     def context_slot(self) -> Iterator[None]:
+        """Hold one of max_contexts slots for the with-block; blocks while all are taken."""
         with self._slots:
             yield

@@ -46,11 +46,13 @@ class DecodeStats:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_prompts(self, ns: int, decodes: int) -> None:
+        """Add one decode_prompts call's time (nanoseconds) and decode count; thread-safe."""
         with self._lock:
             self.prompt_ns += ns
             self.prompt_decodes += decodes
 
     def add_step(self, step_ns: int, decode_ns: int, capture_ns: int) -> None:
+        """Count one generation step and add its total, decode and capture times (ns)."""
         with self._lock:
             self.gen_steps += 1
             self.gen_decode_ns += decode_ns
@@ -58,6 +60,7 @@ class DecodeStats:
             self.gen_step_ns += step_ns
 
     def to_ms(self) -> dict[str, float]:
+        """The totals in milliseconds, plus step count, time per step and Python overhead %."""
         step = self.gen_step_ns or 1
         return {
             "prompt_ms": self.prompt_ns / 1e6,
@@ -128,10 +131,12 @@ class BranchState:
 
     @property
     def done(self) -> bool:
+        """Whether the branch has stopped (a stop reason) or failed (an error)."""
         return self.stop_reason is not None or self.error is not None
 
     @property
     def text(self) -> str:
+        """Generated text as UTF-8 (invalid bytes replaced), cut at the first stop string."""
         text = self.text_bytes.decode("utf-8", errors="replace")
         for s in self.stop:
             cut = text.find(s)
@@ -174,6 +179,7 @@ class BranchState:
         return False
 
     def fail(self, exc: BaseException) -> None:
+        """Record exc as the branch's error, which makes it done."""
         self.error = exc
 
 

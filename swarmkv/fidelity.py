@@ -20,6 +20,7 @@ def nmse(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def top2_margin(logits: np.ndarray) -> float:
+    """Top-1 minus top-2 logit (in float64); 0 when the two largest tie."""
     top = np.partition(np.asarray(logits, dtype=np.float64), -2)[-2:]
     return float(top[1] - top[0])
 
@@ -48,9 +49,11 @@ class Fidelity:
 
     @property
     def ok(self) -> bool:
+        """Whether the tokens match, or the divergence is a near-tie."""
         return self.tokens_equal or self.near_tie
 
     def describe(self) -> str:
+        """One line for reports: tokens equal and first-step NMSE, else the divergence verdict."""
         if self.tokens_equal:
             return f"{self.n_compared} tokens equal, first-step NMSE {_num(self.first_nmse)}"
         verdict = "near-tie" if self.near_tie else "NOT a near-tie: bug"

@@ -10,11 +10,21 @@ KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 1
 
 
 class ModelShape(Protocol):
+    """What KV arithmetic needs of a model (Model satisfies it)."""
+
     @property
-    def n_layer(self) -> int: ...
+    def n_layer(self) -> int:
+        """Number of layers."""
+        ...
+
     @property
-    def n_head_kv(self) -> int: ...
-    def head_dims(self) -> tuple[int, int]: ...
+    def n_head_kv(self) -> int:
+        """Number of key/value attention heads."""
+        ...
+
+    def head_dims(self) -> tuple[int, int]:
+        """(key, value) head size."""
+        ...
 
 
 def estimate_kv_bytes(

@@ -18,6 +18,7 @@ SwarmKVError and never reaches a C++ exception or abort.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import weakref
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._native import ffi, lib
+from .budget import GGML_MAX_N_THREADS
 from .errors import (
     BatchError,
     ConfigError,
@@ -98,35 +100,43 @@ class Model(Owned):
     # -- lifetime -------------------------------------------------------------------------
     @property
     def ptr(self) -> Any:
+        """The llama_model pointer; raises SwarmKVError once the model is closed."""
         return self._live(self._ptr)
 
     @property
     def vocab(self) -> Any:
+        """The model's llama_vocab pointer (llama_model_get_vocab); SwarmKVError once closed."""
         return self._live(self._vocab)
 
     # -- shape ----------------------------------------------------------------------------
     @property
     def n_layer(self) -> int:
+        """Number of layers (llama_model_n_layer)."""
         return int(lib.llama_model_n_layer(self.ptr))
 
     @property
     def n_embd(self) -> int:
+        """Embedding size (llama_model_n_embd)."""
         return int(lib.llama_model_n_embd(self.ptr))
 
     @property
     def n_head(self) -> int:
+        """Number of attention heads (llama_model_n_head)."""
         return int(lib.llama_model_n_head(self.ptr))
 
     @property
     def n_head_kv(self) -> int:
+        """Number of key/value attention heads (llama_model_n_head_kv)."""
         return int(lib.llama_model_n_head_kv(self.ptr))
 
     @property
     def n_vocab(self) -> int:
+        """Vocabulary size in tokens (llama_vocab_n_tokens)."""
         return int(lib.llama_vocab_n_tokens(self.vocab))
 
     @property
     def n_ctx_train(self) -> int:
+        """Context length the model was trained with, in tokens (llama_model_n_ctx_train)."""
         return int(lib.llama_model_n_ctx_train(self.ptr))
 
     @property
@@ -136,10 +146,12 @@ class Model(Owned):
 
     @property
     def size_bytes(self) -> int:
+        """Total size of the model's tensors in bytes (llama_model_size)."""
         return int(lib.llama_model_size(self.ptr))
 
     @property
     def n_params(self) -> int:
+        """Number of model parameters (llama_model_n_params)."""
         return int(lib.llama_model_n_params(self.ptr))
 
     def meta(self, key: str) -> str | None:
@@ -150,10 +162,12 @@ class Model(Owned):
 
     @property
     def architecture(self) -> str:
+        """The GGUF general.architecture value, or "unknown" when the key is absent."""
         return self.meta("general.architecture") or "unknown"
 
     @property
     def description(self) -> str:
+        """Model type, size and quantization as text (llama_model_desc), at most 255 bytes."""
         buf = ffi.new("char[]", 256)
         lib.llama_model_desc(self.ptr, buf, 256)
         return ffi.string(buf).decode("utf-8", errors="replace")
@@ -187,19 +201,26 @@ class Model(Owned):
     # -- tokenizer ------------------------------------------------------------------------
     @property
     def bos(self) -> int | None:
+        """Beginning-of-sequence token id (llama_vocab_bos), or None when the vocab has none."""
         tok = int(lib.llama_vocab_bos(self.vocab))
         return None if tok < 0 else tok
 
     @property
     def eos(self) -> int | None:
+        """End-of-sequence token id (llama_vocab_eos), or None when the vocab has none."""
         tok = int(lib.llama_vocab_eos(self.vocab))
         return None if tok < 0 else tok
 
     @property
     def add_bos(self) -> bool:
+        """Whether tokenizing with add_special prepends BOS (llama_vocab_get_add_bos)."""
         return bool(lib.llama_vocab_get_add_bos(self.vocab))
 
     def is_eog(self, token: int) -> bool:
+        """Whether token ends generation, e.g. EOS or EOT (llama_vocab_is_eog).
+
+        Raises ConfigError before the native call if token is outside [0, n_vocab).
+        """
         self._check_token(token)
         return bool(lib.llama_vocab_is_eog(self.vocab, token))
 
@@ -238,6 +259,11 @@ class Model(Owned):
     def detokenize(
         self, tokens: list[int], *, remove_special: bool = False, unparse_special: bool = False
     ) -> str:
+        """Text of tokens (llama_detokenize); invalid UTF-8 is replaced, not raised.
+
+        Raises ConfigError before any native call if a token id is outside [0, n_vocab);
+        NativeCallError if llama_detokenize still fails after one retry at the size it asked for.
+        """
         for tok in tokens:
             self._check_token(tok)
         arr = ffi.new("llama_token[]", tokens) if tokens else ffi.NULL
@@ -269,7 +295,11 @@ _KV_TYPES = {
 LLAMA_MAX_SEQ = 256  # llama-cparams.h; llama.cpp throws past it
 
 
+_log = logging.getLogger("swarmkv.config")  # not under swarmkv.llama: the CLI mutes that one
+
+
 def default_threads() -> int:
+    """Number of CPUs this process may run on (os.sched_getaffinity); 1 where that is unknown."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
@@ -300,6 +330,11 @@ class ContextConfig:
     offload_kqv: bool = True
 
     def validate(self, model: Model) -> None:
+        """Check every field against llama.cpp's limits and model's, before any context exists.
+
+        Raises ConfigError for a value out of range (n_seq_max also must not exceed the
+        effective n_batch) and ContextCreateError when one sequence's cells exceed n_ctx_train.
+        """
         if self.n_ctx < 1:
             raise ConfigError(f"n_ctx must be >= 1, got {self.n_ctx}")
         per_seq = self.n_ctx if self.kv_unified else self.n_ctx // max(self.n_seq_max, 1)
@@ -324,8 +359,18 @@ class ContextConfig:
 
         for name in ("n_threads", "n_threads_batch"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
+            if value is not None and not 1 <= value <= GGML_MAX_N_THREADS:
+                raise ConfigError(
+                    f"{name} must be in [1, {GGML_MAX_N_THREADS}] (ggml's limit), got {value}"
+                )
+            if value is not None and value > default_threads():
+                # ggml's threads spin at barriers: more threads than cores is much slower
+                _log.warning(
+                    "%s=%d exceeds the %d CPUs this process may use; decoding will be slower",
+                    name,
+                    value,
+                    default_threads(),
+                )
         if self.flash_attn not in _FLASH:
             raise ConfigError(
                 f"flash_attn must be one of {sorted(_FLASH)}, got {self.flash_attn!r}"
@@ -340,9 +385,15 @@ class ContextConfig:
         return min(self.n_batch, self.n_ctx)
 
     def resolved_swa_full(self, model: Model) -> bool:
+        """swa_full with None resolved: True exactly when model has sliding-window attention."""
         return model.n_swa > 0 if self.swa_full is None else self.swa_full
 
     def to_params(self, model: Model) -> Any:
+        """llama_context_params for model: llama_context_default_params with this config set.
+
+        n_threads defaults to default_threads() and n_threads_batch to n_threads; n_batch is
+        clamped to n_ctx and n_ubatch (default n_batch) to that; perf counters are on.
+        """
         params = lib.llama_context_default_params()
         threads = self.n_threads or default_threads()
         params.n_ctx = self.n_ctx
@@ -363,6 +414,12 @@ class ContextConfig:
 
 @dataclass(frozen=True)
 class PerfCounters:
+    """A context's decode timings (llama_perf_context); times in milliseconds.
+
+    t_p_eval_ms/n_p_eval: decodes of more than one token (n_p_eval counts tokens);
+    t_eval_ms/n_eval: single-token decodes. llama.cpp reports each count as at least 1.
+    """
+
     t_p_eval_ms: float
     t_eval_ms: float
     n_p_eval: int
@@ -413,6 +470,7 @@ class Context(Owned):
     # -- lifetime -------------------------------------------------------------------------
     @property
     def ptr(self) -> Any:
+        """The llama_context pointer; raises SwarmKVError once the context is closed."""
         return self._live(self._ptr)
 
     # -- decode ---------------------------------------------------------------------------
@@ -456,19 +514,31 @@ class Context(Owned):
 
     # -- memory (KV cache) ------------------------------------------------------------------
     def check_seq(self, seq_id: int) -> None:
+        """Raise BatchError unless 0 <= seq_id < n_seq_max."""
         if not 0 <= seq_id < self.n_seq_max:
             raise BatchError(f"seq_id {seq_id} outside [0, n_seq_max={self.n_seq_max})")
 
     def memory_clear(self, data: bool = True) -> None:
+        """Clear the whole KV memory (llama_memory_clear); data=True also clears the buffers."""
         lib.llama_memory_clear(lib.llama_get_memory(self.ptr), data)
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """Remove seq_id's cells in [p0, p1) (llama_memory_seq_rm); p0/p1 of -1 mean open ends.
+
+        seq_id -1 means every sequence; any other is checked first (BatchError). Raises
+        NativeCallError when llama.cpp refuses (a partial range it cannot remove).
+        """
         if seq_id != -1:
             self.check_seq(seq_id)
         if not lib.llama_memory_seq_rm(self._memory(), seq_id, p0, p1):
             raise NativeCallError("llama_memory_seq_rm", 0, f"seq {seq_id} [{p0}, {p1})")
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Copy src's cells in [p0, p1) to dst (llama_memory_seq_cp); p0/p1 of -1 mean open ends.
+
+        Raises BatchError for a bad seq id, and ConfigError before the native call for a partial
+        range with per-sequence KV streams (kv_unified=False, n_seq_max > 1): llama.cpp asserts.
+        """
         self.check_seq(src)
         self.check_seq(dst)
         if not self.config.kv_unified and self.n_seq_max > 1 and (p0 > 0 or p1 >= 0):
@@ -477,14 +547,20 @@ class Context(Owned):
         lib.llama_memory_seq_cp(self._memory(), src, dst, p0, p1)
 
     def seq_keep(self, seq_id: int) -> None:
+        """Remove every cell not in seq_id (llama_memory_seq_keep); BatchError for a bad seq id."""
         self.check_seq(seq_id)
         lib.llama_memory_seq_keep(self._memory(), seq_id)
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Add delta to seq_id's positions in [p0, p1) (llama_memory_seq_add); -1 is an open end.
+
+        Raises BatchError for a bad seq id, before the native call.
+        """
         self.check_seq(seq_id)
         lib.llama_memory_seq_add(self._memory(), seq_id, p0, p1, delta)
 
     def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position held for seq_id (llama_memory_seq_pos_min), -1 when it is empty."""
         self.check_seq(seq_id)
         return int(lib.llama_memory_seq_pos_min(self._memory(), seq_id))
 
@@ -512,9 +588,14 @@ class Context(Owned):
         return 0
 
     def state_size(self) -> int:
+        """Size in bytes of the whole context's state (llama_state_get_size)."""
         return int(lib.llama_state_get_size(self.ptr))
 
     def state_seq_size(self, seq_id: int, flags: int = 0) -> int:
+        """Size in bytes of seq_id's state with flags (llama_state_seq_get_size_ext).
+
+        Raises BatchError for a bad seq id, before the native call.
+        """
         self.check_seq(seq_id)
         return int(lib.llama_state_seq_get_size_ext(self.ptr, seq_id, flags))
 
@@ -546,6 +627,7 @@ class Context(Owned):
         return n
 
     def perf(self) -> PerfCounters:
+        """Decode counters since the last reset (llama_perf_context), after llama_synchronize."""
         # llama.cpp counts a decode when it synchronizes, which a decode without logits
         # has not done yet.
         lib.llama_synchronize(self.ptr)
@@ -553,6 +635,7 @@ class Context(Owned):
         return PerfCounters(data.t_p_eval_ms, data.t_eval_ms, data.n_p_eval, data.n_eval)
 
     def perf_reset(self) -> None:
+        """Zero the decode counters (llama_perf_context_reset), after llama_synchronize."""
         lib.llama_synchronize(self.ptr)
         lib.llama_perf_context_reset(self.ptr)
 

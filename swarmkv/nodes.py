@@ -32,6 +32,10 @@ class PrefillNode:
     def from_source(
         name: str, text: str | None = None, path: str | Path | None = None
     ) -> PrefillNode:
+        """A PrefillNode from exactly one of text= or path= (read as UTF-8).
+
+        Raises ConfigError for both or neither, a missing file, or an empty (whitespace) text.
+        """
         if (text is None) == (path is None):
             raise ConfigError(f"prefill {name!r}: give exactly one of text= or path=")
         if path is not None:
@@ -45,6 +49,7 @@ class PrefillNode:
         return PrefillNode(name, text)
 
     def tokenize(self, model: Model) -> list[int]:
+        """Token ids of the document, with the special tokens (BOS) the model asks for."""
         return model.tokenize(self.text, add_special=True)
 
 
@@ -67,6 +72,11 @@ class BranchNode:
     on_token: TokenCallback | None = field(default=None, compare=False, repr=False)
 
     def validate(self) -> None:
+        """Check the spec in pure Python; raises ConfigError naming the first bad field.
+
+        Checked: a non-blank prompt, n_predict >= 1, required_prefix_tokens >= 1, no empty
+        stop string, and the sampler settings (SamplerConfig.validate).
+        """
         if not self.prompt.strip():
             raise ConfigError(f"branch {self.name!r}: the prompt is empty")
         if self.n_predict < 1:
@@ -86,11 +96,13 @@ class BranchNode:
         return fields
 
     def render(self, upstream_text: dict[str, str]) -> str:
+        """The prompt with each {name} replaced by that upstream branch's text."""
         if not self.placeholders():
             return self.prompt
         return self.prompt.format(**upstream_text)
 
     def prompt_tokens(self, model: Model, upstream_text: dict[str, str]) -> list[int]:
+        """Token ids of the rendered prompt, without BOS (it continues the document)."""
         return model.tokenize(self.render(upstream_text), add_special=False)
 
     def estimated_prompt_tokens(self, model: Model, n_predict_of: dict[str, int]) -> int:

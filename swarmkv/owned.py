@@ -60,6 +60,7 @@ class Owned:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called; the native handle may live on for children or views."""
         return self._keeper is None
 
     def __enter__(self) -> Self:

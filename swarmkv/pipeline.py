@@ -39,6 +39,8 @@ log = logging.getLogger("swarmkv.pipeline")
 
 @dataclass(frozen=True)
 class RunOptions:
+    """The options of one Pipeline.run call (see Pipeline.run)."""
+
     mode: str = "fork"
     timeout_s: float | None = None
     raise_on_failure: bool = True
@@ -90,6 +92,11 @@ class Pipeline:
     def prefill(
         self, name: str = "doc", *, text: str | None = None, path: str | Path | None = None
     ) -> Pipeline:
+        """Set the shared document from text= or path= (exactly one); returns self.
+
+        Raises ConfigError if the pipeline already has a document, for both or neither source,
+        a missing file or an empty document.
+        """
         if self.doc is not None:
             raise ConfigError(f"pipeline already has a document {self.doc.name!r}")
         self.doc = PrefillNode.from_source(name, text=text, path=path)
@@ -111,6 +118,11 @@ class Pipeline:
         required_prefix_tokens: int | None = None,
         on_token: TokenCallback | None = None,
     ) -> Pipeline:
+        """Add a branch reading the document (and the upstream branches in after=); returns self.
+
+        Raises DagError for a name already used, ConfigError for a bad prompt, n_predict,
+        required_prefix_tokens, stop string or sampler setting; graph checks wait for run().
+        """
         if name in self.branches or (self.doc is not None and name == self.doc.name):
             raise DagError(f"duplicate node name {name!r}")
         deps = (after,) if isinstance(after, str) else tuple(after or ())
@@ -242,6 +254,7 @@ class Pipeline:
         return result
 
     def close(self) -> None:
+        """Close the host buffer pool, and the model when the pipeline loaded it itself."""
         if self._pool is not None:
             self._pool.close()
         if self._own_model:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .budget import GGML_MAX_N_THREADS
 from .dag import Dag
 from .errors import ConfigError, DagError
 from .modes import MODES
@@ -331,6 +332,11 @@ def check_spec(spec: PipelineSpec) -> None:
     label = f"{spec.source}: " if spec.source is not None else ""
     if spec.mode not in MODES:
         raise ConfigError(f"{label}unknown mode {spec.mode!r}; choose one of {', '.join(MODES)}")
+    threads = spec.settings.threads
+    if threads is not None and threads > GGML_MAX_N_THREADS:
+        raise ConfigError(
+            f"{label}threads must be at most {GGML_MAX_N_THREADS} (ggml's limit), got {threads}"
+        )
     doc = spec.document.node()
     shape = Dag()
     shape.add(doc.name, lambda n: None)

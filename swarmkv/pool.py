@@ -37,6 +37,8 @@ from .errors import PoolError
 
 @dataclass(frozen=True)
 class PoolStats:
+    """A consistent snapshot of a pool's bookkeeping; sizes in bytes (see the module table)."""
+
     kind: str
     bytes_allocated: int
     bytes_in_use: int
@@ -107,12 +109,14 @@ class HostBuffer:
 
     @property
     def view(self) -> memoryview:
+        """Writable memoryview of exactly nbytes bytes; PoolError after release()."""
         if self._view is None:
             raise PoolError("HostBuffer used after release")
         return self._view
 
     @property
     def released(self) -> bool:
+        """Whether release() (or the pool's close()) has ended this buffer's use."""
         return self._view is None
 
     def release(self) -> None:
@@ -169,6 +173,7 @@ class HostBufferPool:
 
     @property
     def pinned(self) -> bool:
+        """Whether the pool got a device host (pinned) buffer type rather than plain CPU memory."""
         return self.kind != "CPU"
 
     def alloc(self, nbytes: int) -> HostBuffer:
@@ -229,6 +234,7 @@ class HostBufferPool:
             return freed
 
     def stats(self) -> PoolStats:
+        """The pool's kind, byte totals and buffer counts (PoolStats), read under its lock."""
         with self._lock:
             return PoolStats(
                 self.kind,

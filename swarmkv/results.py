@@ -9,6 +9,7 @@ import numpy as np
 
 
 def ms(ns: int) -> float:
+    """Nanoseconds as milliseconds, rounded to 3 decimals (microseconds)."""
     return round(ns / 1e6, 3)
 
 
@@ -35,9 +36,11 @@ class BranchResult:
 
     @property
     def first_logits(self) -> np.ndarray | None:
+        """Logits of the first generated step (kept with keep_logits), or None."""
         return self.step_logits[0] if self.step_logits else None
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields of the result; step_logits are left out."""
         return {
             "name": self.name,
             "prompt": self.prompt,
@@ -59,6 +62,8 @@ class BranchResult:
 
 @dataclass(frozen=True)
 class NodeOutcome:
+    """How one DAG node ended: ok, failed, skipped or cancelled, with reason and error."""
+
     name: str
     status: str  # ok | failed | skipped | cancelled
     reason: str | None = None
@@ -67,6 +72,8 @@ class NodeOutcome:
 
 @dataclass(frozen=True)
 class PipelineResult:
+    """Everything one Pipeline.run produced; times in milliseconds, sizes in bytes."""
+
     mode: str
     model: str
     prefix_tokens: int
@@ -81,12 +88,14 @@ class PipelineResult:
 
     @property
     def ok(self) -> bool:
+        """Whether every node (document and branches) finished with status ok."""
         return all(o.status == "ok" for o in self.outcomes.values())
 
     def __getitem__(self, name: str) -> BranchResult:
         return self.branches[name]
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; branches as a list, node outcomes without their exceptions."""
         return {
             "mode": self.mode,
             "model": self.model,

@@ -40,14 +40,17 @@ class KVSnapshot:
 
     @property
     def n_tokens(self) -> int:
+        """Length of the prefix the state holds, in tokens."""
         return len(self.tokens)
 
     @property
     def nbytes(self) -> int:
+        """Size of the state bytes (the buffer's nbytes, not its capacity)."""
         return self.buffer.nbytes
 
     @property
     def data(self) -> memoryview:
+        """The state bytes as a memoryview; PoolError once the snapshot is released."""
         return self.buffer.view
 
     def fork(self, pool: HostBufferPool) -> KVSnapshot:
@@ -55,6 +58,7 @@ class KVSnapshot:
         return KVSnapshot(pool.copy_of(self.data), self.tokens, self.model_fingerprint, self.flags)
 
     def release(self) -> None:
+        """Give the buffer back to its pool (idempotent); data is unusable after."""
         self.buffer.release()
 
     def save(self, path: str | os.PathLike[str], llama_cpp_commit: str | None = None) -> Path:

@@ -67,7 +67,20 @@ def configs_of(args: argparse.Namespace) -> tuple[BenchConfig, ...]:
     )
 
 
+def require_bench_extra() -> None:
+    """ConfigError naming the extra to install when the plotting library is missing, before
+    any model is loaded (the benchmark writes plots at the end of a long run)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError(
+            "swarmkv bench writes plots with matplotlib, which is not installed: "
+            "pip install 'swarmkv[bench]' (or, from a checkout, pip install '.[bench]')"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    require_bench_extra()
     from ..models import default_model_path
     from .output import write_outputs
     from .runner import BenchOptions, run_bench

@@ -48,6 +48,7 @@ class Handoff:
         """Raise ConfigError for settings this mode cannot run; no native work."""
 
     def build(self, plan: Plan) -> Dag:
+        """The DAG of prefill and branch work for plan; subclasses must implement it."""
         raise NotImplementedError
 
     def collect(
@@ -98,26 +99,33 @@ class Plan:
     wave_names: list[str] = field(default_factory=list)  # fork: the DAG nodes that decode
 
     def release_snapshots(self) -> None:
+        """Release every snapshot the run captured and forget them."""
         for snap in self.snapshots:
             snap.release()
         self.snapshots.clear()
 
     def prefix_len(self, b: BranchNode) -> int:
+        """How many document tokens branch b reads: its required_prefix_tokens or all."""
         return b.required_prefix_tokens or len(self.doc_tokens)
 
     def cuts(self) -> list[int]:
+        """The distinct prefix lengths the branches read, sorted (the prefill's watermarks)."""
         return sorted({self.prefix_len(b) for b in self.branches})
 
     def bounds(self) -> list[tuple[int, int]]:
+        """Prefill chunks of at most n_batch tokens with every cut a boundary (chunk_bounds)."""
         return chunk_bounds(len(self.doc_tokens), self.base.n_batch, self.cuts())
 
     def context(self, n_ctx: int, **kw: Any) -> Context:
+        """A new Context of n_ctx cells with the base config; kw overrides other fields."""
         return Context(self.model, replace(self.base, n_ctx=n_ctx, **kw))
 
     def upstream_text(self, b: BranchNode, inputs: dict[str, Any]) -> dict[str, str]:
+        """The text of each upstream branch b's prompt names as {name}, from the node inputs."""
         return {n: inputs[n].text for n in b.placeholders()}
 
     def state(self, b: BranchNode, seq_id: int, inputs: dict[str, Any]) -> BranchState:
+        """A BranchState (with a new Sampler) for b on seq_id; its prompt rendered, tokenized."""
         prompt = b.prompt_tokens(self.model, self.upstream_text(b, inputs))
         return new_state(
             self.model,
@@ -174,6 +182,7 @@ def deps(plan: Plan, b: BranchNode) -> list[str | Dep]:
 
 
 def prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
+    """The document input branch b depends on: the full prefix, or what its watermark published."""
     w = plan.prefix_len(b)
     return (
         inputs[plan.doc.name]

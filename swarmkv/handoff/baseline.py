@@ -20,6 +20,7 @@ class BaselineHandoff(Handoff):
     name = "baseline"
 
     def build(self, plan: Plan) -> Dag:
+        """The DAG: the document node, then one node per branch that prefills it itself."""
         dag = Dag()
         dag.add(plan.doc.name, lambda n: _baseline_doc(plan))
         for b in plan.branches:

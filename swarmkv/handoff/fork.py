@@ -27,6 +27,8 @@ from .base import Handoff, Plan, result_of, run_branch
 
 @dataclass
 class Skipped:
+    """A fork-mode branch's value when it did not run because an upstream branch gave no result."""
+
     reason: str
 
 
@@ -54,6 +56,7 @@ class ForkHandoff(Handoff):
         self._holder: list[Context] = []  # the shared context, made by the prefill node
 
     def check(self, model: Model, config: ContextConfig) -> None:
+        """Raise ConfigError on a sliding-window model without swa_full, before any allocation."""
         if model.n_swa > 0 and not config.resolved_swa_full(model):
             # forked sequences share every SWA cell, so none can be recycled as the window
             # slides, and a window-sized SWA cache fills up at the first branch token
@@ -63,6 +66,7 @@ class ForkHandoff(Handoff):
             )
 
     def build(self, plan: Plan) -> Dag:
+        """The DAG: the prefill node (creates the shared context), then one node per wave."""
         holder = self._holder
         seq_of = {b.name: i + 1 for i, b in enumerate(plan.branches)}
         dag = Dag()
@@ -99,6 +103,7 @@ class ForkHandoff(Handoff):
         return outcomes, branches
 
     def close(self) -> None:
+        """Close the shared context made by the prefill node, if any."""
         for ctx in self._holder:
             ctx.close()
         self._holder.clear()

@@ -22,6 +22,7 @@ class HostHandoff(Handoff):
     name = "host"
 
     def build(self, plan: Plan) -> Dag:
+        """The DAG: the prefill node (captures snapshots), then one node per branch."""
         dag = Dag()
         dag.add(plan.doc.name, lambda n: _host_prefill(plan, n))
         for b in plan.branches:

@@ -25,6 +25,7 @@ from swarmkv import (
     BatchError,
     ConfigError,
     Context,
+    ContextConfig,
     ContextCreateError,
     HostBufferPool,
     Model,
@@ -103,6 +104,8 @@ def test_context_larger_than_memory_is_refused_before_allocating(
         ({**SMALL, "n_seq_max": 257}, "n_seq_max"),
         ({**SMALL, "n_ubatch": 128}, "n_ubatch"),
         ({**SMALL, "n_threads": 0}, "n_threads"),
+        ({**SMALL, "n_threads": 513}, r"n_threads must be in \[1, 512\]"),
+        ({**SMALL, "n_threads_batch": 3_000_000_000}, "n_threads_batch"),
         ({**SMALL, "flash_attn": "maybe"}, "flash_attn"),
         ({**SMALL, "type_k": "f8"}, "type_k"),
     ],
@@ -416,3 +419,12 @@ def test_batch_and_sampler_use_after_close(ctx2: Context) -> None:
         sampler.sample(ctx2, 0)
     with pytest.raises(SwarmKVError, match="Sampler is closed"):
         sampler.reset()
+
+
+def test_more_threads_than_cpus_warns(tiny_model: Model, caplog: pytest.LogCaptureFixture) -> None:
+    import os
+
+    too_many = len(os.sched_getaffinity(0)) + 1
+    with caplog.at_level("WARNING", logger="swarmkv.config"):
+        ContextConfig(n_ctx=256, n_batch=64, n_threads=too_many).validate(tiny_model)
+    assert f"n_threads={too_many} exceeds" in caplog.text

@@ -456,3 +456,52 @@ def test_progress_bar_draws_nothing_when_disabled(capsys: pytest.CaptureFixture[
     bar(512, 1024)
     bar.close()
     assert capsys.readouterr().err == ""
+
+
+def test_bench_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name)
+    )
+    assert main(["bench", "--branches", "1", "--trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and "swarmkv[bench]" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_temperature_is_refused_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # --temp nan used to pass validation and return token 262143 with "ok": true
+    doc = tmp_path / "doc.txt"
+    doc.write_text("A short document.\n")
+    code = main(["run", "--doc", str(doc), "--branch", " Q", f"--temp={value}", "-m", "/x"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "temperature must be a finite number" in err and "/x" not in err, err
+
+
+@pytest.mark.parametrize(("key", "value"), [("top_p", "nan"), ("min_p", "inf")])
+def test_non_finite_sampling_values_in_toml_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str
+) -> None:
+    toml = tmp_path / "p.toml"
+    toml.write_text(
+        f'[document]\ntext = "Doc."\n[[branch]]\nname = "q"\nprompt = " Q"\n{key} = {value}\n'
+    )
+    assert main(["run", str(toml), "-m", "/nonexistent"]) == 2
+    assert f"{key} must be a finite number" in capsys.readouterr().err
+
+
+def test_absurd_thread_count_is_refused_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -t 3000000000 used to fail inside the prefill node with an empty reason (exit 1)
+    doc = tmp_path / "doc.txt"
+    doc.write_text("A short document.\n")
+    assert main(["run", "--doc", str(doc), "--branch", " Q", "-t", "3000000000", "-m", "/x"]) == 2
+    assert "threads must be at most 512" in capsys.readouterr().err
