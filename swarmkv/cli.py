@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .bench.command import add_parser as add_bench_parser
 from .cli_output import (
     format_result,
     report_failures,
@@ -152,9 +151,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(demo)
     demo.set_defaults(func=cmd_demo)
-    add_bench_parser(subs)
+    _add_bench(subs)
     add_info_parser(subs)
     return parser
+
+
+def _add_bench(subs: Any) -> None:
+    """`swarmkv bench`: the benchmark application (bench/swarmkv_bench, installed beside
+    swarmkv by the same wheel); a clear error if an install left it out."""
+    try:
+        from swarmkv_bench.command import add_parser
+    except ImportError as exc:
+        reason = str(exc)
+        bench = subs.add_parser("bench", help="the benchmark (not installed)")
+        bench.set_defaults(func=lambda args: _bench_missing(reason))
+        return
+    add_parser(subs)
+
+
+def _bench_missing(reason: str) -> int:
+    raise SwarmKVError(f"the benchmark application swarmkv_bench is not installed ({reason})")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import swarmkv
-from swarmkv.bench.peer import find_llama_server, run_peer_trial
+from swarmkv_bench.peer import find_llama_server, run_peer_trial
 
 DOC = "The quick brown fox jumps over the lazy dog. " * 8
 PROMPTS = [" What does the fox do?", " Who is lazy?"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from swarmkv.bench.metrics import Stat, speedups, summarize
-from swarmkv.bench.records import TrialRecord
+from swarmkv_bench.metrics import Stat, speedups, summarize
+from swarmkv_bench.records import TrialRecord
 
 
 def rec(mode: str, trial: int, e2e: float, act: tuple[float, ...], **kw: Any) -> TrialRecord:

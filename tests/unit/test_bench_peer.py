@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from swarmkv.bench import peer
-from swarmkv.bench.peer import (
+from swarmkv_bench import peer
+from swarmkv_bench.peer import (
     BranchRun,
     LlamaServer,
     PeerClient,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from swarmkv.bench import plots
-from swarmkv.bench.metrics import summarize
-from swarmkv.bench.records import TrialRecord
-from swarmkv.bench.synthetic import synthetic_records
+from swarmkv_bench import plots
+from swarmkv_bench.metrics import summarize
+from swarmkv_bench.records import TrialRecord
+from swarmkv_bench.synthetic import synthetic_records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # N = 1, 2, 4, 8 at one document length, plus two more document lengths at N = 2.

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from swarmkv.bench.records import TrialRecord, check_fidelity, from_pipeline_result
+from swarmkv_bench.records import TrialRecord, check_fidelity, from_pipeline_result
 
 
 @dataclass

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from swarmkv.bench.metrics import speedups, summarize
-from swarmkv.bench.records import TrialRecord
-from swarmkv.bench.report import Target, write_report
-from swarmkv.bench.synthetic import synthetic_records
+from swarmkv_bench.metrics import speedups, summarize
+from swarmkv_bench.records import TrialRecord
+from swarmkv_bench.report import Target, write_report
+from swarmkv_bench.synthetic import synthetic_records
 
 CFG = "N2-doc3501-p32"
 COMMAND = "swarmkv bench --trials 3 --doc-tokens 3501 --branches 2 --out results/run1"

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from swarmkv.bench.metrics import speedups, summarize
-from swarmkv.bench.records import TrialRecord
-from swarmkv.bench.report import Target
-from swarmkv.bench.synthetic import synthetic_records
-from swarmkv.bench.writers import build_best_run, read_csv, write_best_run_json, write_csv
+from swarmkv_bench.metrics import speedups, summarize
+from swarmkv_bench.records import TrialRecord
+from swarmkv_bench.report import Target
+from swarmkv_bench.synthetic import synthetic_records
+from swarmkv_bench.writers import build_best_run, read_csv, write_best_run_json, write_csv
 
 CFG = "N2-doc3501-p32"
 

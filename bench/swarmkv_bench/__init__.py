@@ -1,7 +1,10 @@
-"""Benchmark harness: trial records, summaries, speedups, CSV/JSON writers and the report.
+"""The SwarmKV benchmark application: `swarmkv bench`, or `python -m swarmkv_bench`.
 
-Pure Python + numpy; the plots (matplotlib) live in `swarmkv.bench.plots`, imported on demand
-so that summarizing and writing results never needs matplotlib.
+Not part of the library: swarmkv never imports it (only the CLI dispatches `swarmkv bench`
+here). It reproduces the "prefill once, fan out" table against the baseline and llama-server
+peers, and writes JSON, CSV, plots and a report. Trial records, summaries, speedups and
+writers are pure Python + numpy; the plots (matplotlib, the [bench] extra) live in
+`swarmkv_bench.plots`, imported on demand.
 """
 
 from __future__ import annotations

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import LLAMA_CPP_COMMIT, info
-from ..errors import SwarmKVError
-from ..interrupt import Interrupted
-from ..llama import Model, default_threads
-from ..pipeline import Pipeline
-from ..results import PipelineResult
+from swarmkv import LLAMA_CPP_COMMIT, info
+from swarmkv.errors import SwarmKVError
+from swarmkv.interrupt import Interrupted
+from swarmkv.llama import Model, default_threads
+from swarmkv.pipeline import Pipeline
+from swarmkv.results import PipelineResult
+
 from .modes import ModeSpec, split_modes
 from .records import TrialRecord, from_pipeline_result
 from .sysinfo import PeakRSS

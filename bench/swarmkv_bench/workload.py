@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import ConfigError
+from swarmkv.errors import ConfigError
 
 FOX = "The quick brown fox jumps over the lazy dog. "
 # The paper's two branches asked different questions of the same document; its exact prompt

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..modes import MODES, ForkOptions
+from swarmkv.errors import ConfigError
+from swarmkv.modes import MODES, ForkOptions
 
 VARIANTS = ("streams", "per_branch", "exact", "fa_off", "swa_window")
 # llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from swarmkv.errors import ConfigError
+
 from .metrics import ModeSummary, Speedup, Stat
 from .records import TrialRecord
 
@@ -43,7 +45,7 @@ class Target:
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
-            raise ValueError(f"Target op must be one of {OPS}, got {self.op!r}")
+            raise ConfigError(f"Target op must be one of {OPS}, got {self.op!r}")
 
     @property
     def passed(self) -> bool:

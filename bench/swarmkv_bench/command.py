@@ -7,7 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
+from swarmkv.errors import ConfigError
+
 from .modes import PEERS
 from .workload import BenchConfig
 
@@ -81,7 +82,8 @@ def require_bench_extra() -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_bench_extra()
-    from ..models import default_model_path
+    from swarmkv.models import default_model_path
+
     from .output import write_outputs
     from .runner import BenchOptions, run_bench
 
