@@ -32,8 +32,9 @@ from .sampling import SamplerConfig
 if TYPE_CHECKING:
     from ._native import LLAMA_CPP_COMMIT
     from .batch import Batch, Sampler
+    from .context import Context, ContextConfig
     from .install_info import info
-    from .llama import Context, ContextConfig, Model
+    from .model import Model
     from .pool import HostBuffer, HostBufferPool
     from .snapshot import KVSnapshot, capture, restore
 
@@ -47,9 +48,9 @@ _NATIVE = {
     "Batch": ".batch",
     "Sampler": ".batch",
     "info": ".install_info",
-    "Context": ".llama",
-    "ContextConfig": ".llama",
-    "Model": ".llama",
+    "Context": ".context",
+    "ContextConfig": ".context",
+    "Model": ".model",
     "HostBuffer": ".pool",
     "HostBufferPool": ".pool",
     "KVSnapshot": ".snapshot",

@@ -15,7 +15,7 @@ from .sampling import SamplerConfig
 __all__ = ["Batch", "Sampler", "SamplerConfig"]
 
 if TYPE_CHECKING:
-    from .llama import Context
+    from .context import Context
 
 
 class Batch(Owned):

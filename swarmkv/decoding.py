@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .batch import Batch, Sampler
+from .context import Context
 from .errors import ConfigError
-from .llama import Context, Model
+from .model import Model
 from .sampling import SamplerConfig, TokenCallback
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .cli_output import num, report_failures, run_with_progress, write_json
 
 if TYPE_CHECKING:
-    from .llama import Model
+    from .model import Model
     from .results import PipelineResult
 
 
@@ -80,7 +80,7 @@ def format_demo(fork: PipelineResult, baseline: PipelineResult, summary: dict[st
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .llama import Model
+    from .model import Model
     from .models import default_model_path
 
     with Model(Path(args.model).expanduser() if args.model else default_model_path()) as model:

@@ -18,7 +18,7 @@ from .errors import ConfigError
 from .sampling import SamplerConfig, TokenCallback
 
 if TYPE_CHECKING:  # nodes are pure specs: the model is only passed in to tokenize
-    from .llama import Model
+    from .model import Model
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from .budget import BranchNeed, plan_budget
 from .concurrency import ConcurrencyPolicy
+from .context import ContextConfig, FlashAttn
 from .dag import Dag
 from .errors import ConfigError, DagError, PipelineError
 from .handoff import Handoff, Plan, make_handoff
-from .llama import ContextConfig, FlashAttn, Model
+from .model import Model
 from .models import default_model_path
 from .modes import ForkOptions
 from .nodes import BranchNode, PrefillNode

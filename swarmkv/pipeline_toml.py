@@ -49,7 +49,7 @@ from .nodes import BranchNode, PrefillNode
 from .sampling import SamplerConfig
 
 if TYPE_CHECKING:
-    from .llama import Model
+    from .model import Model
     from .pipeline import Pipeline
 
 __all__ = [

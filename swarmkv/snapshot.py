@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ._native import LLAMA_CPP_COMMIT
+from .context import Context
 from .errors import SnapshotMismatchError
-from .llama import Context
 from .pool import HostBuffer, HostBufferPool
 
 _MAGIC = b"SWKV"

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from swarmkv import LLAMA_CPP_COMMIT, info
+from swarmkv.context import default_threads
 from swarmkv.errors import SwarmKVError
 from swarmkv.interrupt import Interrupted
-from swarmkv.llama import Model, default_threads
+from swarmkv.model import Model
 from swarmkv.pipeline import Pipeline
 from swarmkv.results import PipelineResult
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..batch import Batch
 from ..concurrency import ConcurrencyPolicy
+from ..context import Context, ContextConfig
 from ..dag import Dag, DagResult, Dep, NodeContext
 from ..decoding import (
     BranchState,
@@ -29,7 +30,7 @@ from ..decoding import (
     generation_loop,
     new_state,
 )
-from ..llama import Context, ContextConfig, Model
+from ..model import Model
 from ..modes import ForkOptions
 from ..nodes import BranchNode, PrefillNode
 from ..pool import HostBufferPool

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..batch import Batch
+from ..context import Context, ContextConfig
 from ..dag import Dag, DagResult, NodeContext, NodeResult
 from ..decoding import BranchState
 from ..decoding import prefill_chunks as _prefill
 from ..errors import ConfigError
 from ..kvmath import estimate_kv_bytes
-from ..llama import Context, ContextConfig, Model
+from ..model import Model
 from ..modes import ForkOptions
 from ..nodes import BranchNode
 from ..results import BranchResult, NodeOutcome, ms

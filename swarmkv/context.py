@@ -1,0 +1,402 @@
+"""Context (llama_context) and its settings, ContextConfig.
+
+Ownership (see owned.py): a Context keeps its Model's native handle alive and is freed by
+llama_free once closed and no logits view made from it remains. Use one context from one
+thread at a time (concurrency.py). Every setting and batch is validated before the native
+call, so bad input raises a SwarmKVError and never reaches a C++ exception or abort.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ._native import ffi, lib
+from .budget import GGML_MAX_N_THREADS
+from .errors import (
+    BatchError,
+    ConfigError,
+    ContextCreateError,
+    NativeCallError,
+    SnapshotMismatchError,
+)
+from .kvmath import estimate_kv_bytes, mem_available_bytes
+from .model import Model
+from .owned import Owned
+
+if TYPE_CHECKING:
+    from .batch import Batch
+
+FlashAttn = Literal["auto", "on", "off"]
+_FLASH = {
+    "auto": "LLAMA_FLASH_ATTN_TYPE_AUTO",
+    "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+    "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED",
+}
+_KV_TYPES = {
+    "f32": "GGML_TYPE_F32",
+    "f16": "GGML_TYPE_F16",
+    "bf16": "GGML_TYPE_BF16",
+    "q8_0": "GGML_TYPE_Q8_0",
+    "q4_0": "GGML_TYPE_Q4_0",
+}
+LLAMA_MAX_SEQ = 256  # llama-cparams.h; llama.cpp throws past it
+
+
+_log = logging.getLogger("swarmkv.config")  # not under swarmkv.llama: the CLI mutes that one
+
+
+def default_threads() -> int:
+    """Number of CPUs this process may run on (os.sched_getaffinity); 1 where that is unknown."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """Every knob of a llama_context that SwarmKV sets. None means "llama.cpp's/our default".
+
+    swa_full=None resolves to True for sliding-window models: with a window-sized SWA cache
+    the cells a sequence keeps depend on how it got them, and on the pinned tree logits past
+    the window differed by NMSE ~1e-3 between a context that decoded a document and one that
+    restored or forked it. With the full-size cache restore and fork were bit-exact (NMSE 0).
+    Exactness is the product, so it is the default; pass swa_full=False to trade it for memory.
+
+    Restores are bit-exact only with the cell layout kept too: see Context.exact_state_flags.
+    """
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int | None = None
+    n_seq_max: int = 1
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    kv_unified: bool = False
+    swa_full: bool | None = None
+    flash_attn: FlashAttn = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    offload_kqv: bool = True
+
+    def validate(self, model: Model) -> None:
+        """Check every field against llama.cpp's limits and model's, before any context exists.
+
+        Raises ConfigError for a value out of range (n_seq_max also must not exceed the
+        effective n_batch) and ContextCreateError when one sequence's cells exceed n_ctx_train.
+        """
+        if self.n_ctx < 1:
+            raise ConfigError(f"n_ctx must be >= 1, got {self.n_ctx}")
+        per_seq = self.n_ctx if self.kv_unified else self.n_ctx // max(self.n_seq_max, 1)
+        if per_seq > model.n_ctx_train:
+            raise ContextCreateError(
+                f"n_ctx={self.n_ctx} ({per_seq} per sequence) exceeds what {model.path.name} "
+                f"supports (n_ctx_train={model.n_ctx_train})"
+            )
+        if self.n_batch < 1:
+            raise ConfigError(f"n_batch must be >= 1, got {self.n_batch}")
+        if self.n_ubatch is not None and not 1 <= self.n_ubatch <= self.n_batch:
+            raise ConfigError(
+                f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}"
+            )
+        if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
+            raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
+        if self.n_seq_max > self.effective_n_batch:
+            # llama.cpp reserves n_batch output rows and GGML_ASSERTs past them
+            raise ConfigError(
+                f"n_seq_max={self.n_seq_max} exceeds n_batch={self.effective_n_batch}"
+            )
+
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= GGML_MAX_N_THREADS:
+                raise ConfigError(
+                    f"{name} must be in [1, {GGML_MAX_N_THREADS}] (ggml's limit), got {value}"
+                )
+            if value is not None and value > default_threads():
+                # ggml's threads spin at barriers: more threads than cores is much slower
+                _log.warning(
+                    "%s=%d exceeds the %d CPUs this process may use; decoding will be slower",
+                    name,
+                    value,
+                    default_threads(),
+                )
+        if self.flash_attn not in _FLASH:
+            raise ConfigError(
+                f"flash_attn must be one of {sorted(_FLASH)}, got {self.flash_attn!r}"
+            )
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in _KV_TYPES:
+                raise ConfigError(f"{name} must be one of {sorted(_KV_TYPES)}")
+
+    @property
+    def effective_n_batch(self) -> int:
+        """llama.cpp clamps n_batch to n_ctx; so do we, so the numbers we check are real."""
+        return min(self.n_batch, self.n_ctx)
+
+    def resolved_swa_full(self, model: Model) -> bool:
+        """swa_full with None resolved: True exactly when model has sliding-window attention."""
+        return model.n_swa > 0 if self.swa_full is None else self.swa_full
+
+    def to_params(self, model: Model) -> Any:
+        """llama_context_params for model: llama_context_default_params with this config set.
+
+        n_threads defaults to default_threads() and n_threads_batch to n_threads; n_batch is
+        clamped to n_ctx and n_ubatch (default n_batch) to that; perf counters are on.
+        """
+        params = lib.llama_context_default_params()
+        threads = self.n_threads or default_threads()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.effective_n_batch
+        params.n_ubatch = min(self.n_ubatch or self.n_batch, self.effective_n_batch)
+        params.n_seq_max = self.n_seq_max
+        params.n_threads = threads
+        params.n_threads_batch = self.n_threads_batch or threads
+        params.kv_unified = self.kv_unified
+        params.swa_full = self.resolved_swa_full(model)
+        params.flash_attn_type = getattr(lib, _FLASH[self.flash_attn])
+        params.type_k = getattr(lib, _KV_TYPES[self.type_k])
+        params.type_v = getattr(lib, _KV_TYPES[self.type_v])
+        params.offload_kqv = self.offload_kqv
+        params.no_perf = False
+        return params
+
+
+@dataclass(frozen=True)
+class PerfCounters:
+    """A context's decode timings (llama_perf_context); times in milliseconds.
+
+    t_p_eval_ms/n_p_eval: decodes of more than one token (n_p_eval counts tokens);
+    t_eval_ms/n_eval: single-token decodes. llama.cpp reports each count as at least 1.
+    """
+
+    t_p_eval_ms: float
+    t_eval_ms: float
+    n_p_eval: int
+    n_eval: int
+
+
+class Context(Owned):
+    """A llama_context. Use from one thread at a time (see concurrency.py)."""
+
+    def __init__(self, model: Model, config: ContextConfig | None = None, **overrides: Any) -> None:
+        config = config or ContextConfig()
+        if overrides:
+            config = replace(config, **overrides)
+        config.validate(model)
+        self._check_memory(model, config)
+        self.model = model  # strong reference: the model outlives its contexts
+        self.config = config
+        ptr = lib.llama_init_from_model(model.ptr, config.to_params(model))
+        if ptr == ffi.NULL:
+            raise ContextCreateError(
+                f"llama_init_from_model failed (n_ctx={config.n_ctx}, n_batch={config.n_batch}, "
+                f"n_seq_max={config.n_seq_max}); see the swarmkv.llama log"
+            )
+        self._ptr: Any = ptr
+        self._own(lib.llama_free, ptr, parent=model)  # the model is freed after this context
+        model._contexts.add(self)
+        self._mem = lib.llama_get_memory(ptr)
+        self.n_vocab = model.n_vocab
+        self.n_ctx = int(lib.llama_n_ctx(ptr))
+        # without kv_unified each sequence has its own stream of n_ctx / n_seq_max cells
+        self.n_ctx_seq = int(lib.llama_n_ctx_seq(ptr))
+        self.n_batch = int(lib.llama_n_batch(ptr))
+        self.n_seq_max = int(lib.llama_n_seq_max(ptr))
+
+    @staticmethod
+    def _check_memory(model: Model, config: ContextConfig) -> None:
+        cells = config.n_ctx
+        if not config.kv_unified and config.n_seq_max > 1:  # llama.cpp pads each stream to 256
+            cells = -(-(config.n_ctx // config.n_seq_max) // 256) * 256 * config.n_seq_max
+        need = estimate_kv_bytes(model, cells, config.type_k, config.type_v)
+        avail = mem_available_bytes()
+        if avail is not None and need > avail:
+            raise ContextCreateError(
+                f"a KV cache of n_ctx={config.n_ctx} needs about {need / 2**20:.0f} MiB, "
+                f"but only {avail / 2**20:.0f} MiB of memory is available"
+            )
+
+    # -- lifetime -------------------------------------------------------------------------
+    @property
+    def ptr(self) -> Any:
+        """The llama_context pointer; raises SwarmKVError once the context is closed."""
+        return self._live(self._ptr)
+
+    # -- decode ---------------------------------------------------------------------------
+    def decode(self, batch: Batch) -> None:
+        """Decode a batch; positions must continue each sequence's memory (checked first)."""
+        n = batch.n_tokens
+        if n == 0:
+            raise BatchError("cannot decode an empty batch")
+        if n > self.n_batch:
+            raise BatchError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        for seq_id, (first, last) in batch.seq_spans().items():
+            self.check_seq(seq_id)
+            expected = self.seq_pos_max(seq_id) + 1
+            if expected > 0 and first != expected:
+                raise BatchError(
+                    f"position gap in seq {seq_id}: memory ends at pos {expected - 1}, "
+                    f"batch starts at pos {first} (must be {expected})"
+                )
+            if last >= self.n_ctx_seq:
+                raise BatchError(
+                    f"seq {seq_id} would reach pos {last}, past its {self.n_ctx_seq} cells "
+                    f"(n_ctx={self.n_ctx}, n_seq_max={self.n_seq_max})"
+                )
+        rc = int(lib.llama_decode(self.ptr, batch.raw))
+        if rc != 0:
+            raise NativeCallError("llama_decode", rc, _decode_reason(rc, n, self.n_ctx))
+
+    def logits(self, i: int) -> np.ndarray:
+        """Logits of batch row i (negative counts from the end) of the last decode.
+
+        A read-only view into llama.cpp's buffer: the next decode overwrites it (`.copy()` to
+        keep it), and it keeps the context's memory alive, so reading it even after
+        `close()` is safe.
+        """
+        ptr = lib.llama_get_logits_ith(self.ptr, i)
+        if ptr == ffi.NULL:
+            raise NativeCallError("llama_get_logits_ith", 0, f"no logits for batch row {i}")
+        view = np.frombuffer(ffi.buffer(self._export(ffi, ptr), 4 * self.n_vocab), np.float32)
+        view.flags.writeable = False
+        return view
+
+    # -- memory (KV cache) ------------------------------------------------------------------
+    def check_seq(self, seq_id: int) -> None:
+        """Raise BatchError unless 0 <= seq_id < n_seq_max."""
+        if not 0 <= seq_id < self.n_seq_max:
+            raise BatchError(f"seq_id {seq_id} outside [0, n_seq_max={self.n_seq_max})")
+
+    def memory_clear(self, data: bool = True) -> None:
+        """Clear the whole KV memory (llama_memory_clear); data=True also clears the buffers."""
+        lib.llama_memory_clear(lib.llama_get_memory(self.ptr), data)
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """Remove seq_id's cells in [p0, p1) (llama_memory_seq_rm); p0/p1 of -1 mean open ends.
+
+        seq_id -1 means every sequence; any other is checked first (BatchError). Raises
+        NativeCallError when llama.cpp refuses (a partial range it cannot remove).
+        """
+        if seq_id != -1:
+            self.check_seq(seq_id)
+        if not lib.llama_memory_seq_rm(self._memory(), seq_id, p0, p1):
+            raise NativeCallError("llama_memory_seq_rm", 0, f"seq {seq_id} [{p0}, {p1})")
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Copy src's cells in [p0, p1) to dst (llama_memory_seq_cp); p0/p1 of -1 mean open ends.
+
+        Raises BatchError for a bad seq id, and ConfigError before the native call for a partial
+        range with per-sequence KV streams (kv_unified=False, n_seq_max > 1): llama.cpp asserts.
+        """
+        self.check_seq(src)
+        self.check_seq(dst)
+        if not self.config.kv_unified and self.n_seq_max > 1 and (p0 > 0 or p1 >= 0):
+            # per-sequence KV streams copy whole buffers; llama.cpp GGML_ASSERTs on a range
+            raise ConfigError(f"seq_cp of positions [{p0}, {p1}) needs kv_unified=True")
+        lib.llama_memory_seq_cp(self._memory(), src, dst, p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Remove every cell not in seq_id (llama_memory_seq_keep); BatchError for a bad seq id."""
+        self.check_seq(seq_id)
+        lib.llama_memory_seq_keep(self._memory(), seq_id)
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Add delta to seq_id's positions in [p0, p1) (llama_memory_seq_add); -1 is an open end.
+
+        Raises BatchError for a bad seq id, before the native call.
+        """
+        self.check_seq(seq_id)
+        lib.llama_memory_seq_add(self._memory(), seq_id, p0, p1, delta)
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position held for seq_id (llama_memory_seq_pos_min), -1 when it is empty."""
+        self.check_seq(seq_id)
+        return int(lib.llama_memory_seq_pos_min(self._memory(), seq_id))
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held for seq_id, -1 when the sequence is empty."""
+        self.check_seq(seq_id)
+        return int(lib.llama_memory_seq_pos_max(self._memory(), seq_id))
+
+    def _memory(self) -> Any:
+        return self._live(self._mem)
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def exact_state_flags(self) -> int:
+        """State flags that make a restored sequence layout-identical to its source.
+
+        llama.cpp leaves SWA-masked cells out of a sequence's state, so a restoring context
+        holds the window at other cell indices than the context that decoded it; attention
+        then sums in another order and logits drift (NMSE ~1e-3..1e-2 on Gemma 3). With the
+        full-size SWA cache our patch's KEEP_SWA_MASKED flag keeps those cells, and restore
+        becomes bit-exact. Without swa_full the cells do not fit, so no flag.
+        """
+        if self.model.n_swa > 0 and self.config.resolved_swa_full(self.model):
+            return int(lib.LLAMA_STATE_SEQ_FLAGS_KEEP_SWA_MASKED)
+        return 0
+
+    def state_size(self) -> int:
+        """Size in bytes of the whole context's state (llama_state_get_size)."""
+        return int(lib.llama_state_get_size(self.ptr))
+
+    def state_seq_size(self, seq_id: int, flags: int = 0) -> int:
+        """Size in bytes of seq_id's state with flags (llama_state_seq_get_size_ext).
+
+        Raises BatchError for a bad seq id, before the native call.
+        """
+        self.check_seq(seq_id)
+        return int(lib.llama_state_seq_get_size_ext(self.ptr, seq_id, flags))
+
+    def state_seq_get(self, seq_id: int, dst: memoryview, flags: int = 0) -> int:
+        """Write seq_id's state into dst; returns the byte count, checked against the size."""
+        self.check_seq(seq_id)
+        need = self.state_seq_size(seq_id, flags)
+        if len(dst) < need:
+            raise BatchError(f"state of seq {seq_id} needs {need} bytes, buffer has {len(dst)}")
+        buf = ffi.from_buffer("uint8_t[]", dst, require_writable=True)
+        n = int(lib.llama_state_seq_get_data_ext(self.ptr, buf, len(dst), seq_id, flags))
+        if n != need:
+            raise NativeCallError(
+                "llama_state_seq_get_data_ext", n, f"seq={seq_id}: wrote {n} of {need} bytes"
+            )
+        return n
+
+    def state_seq_set(self, seq_id: int, src: memoryview | bytes, flags: int = 0) -> int:
+        """Restore seq_id from src; every byte must be consumed."""
+        self.check_seq(seq_id)
+        buf = ffi.from_buffer("uint8_t[]", src)
+        n = int(lib.llama_state_seq_set_data_ext(self.ptr, buf, len(src), seq_id, flags))
+        if n != len(src):
+            raise SnapshotMismatchError(
+                f"llama_state_seq_set_data_ext(seq={seq_id}): consumed {n} of {len(src)} bytes "
+                "(no free cells for it, or a snapshot of another model, other context "
+                "settings, or corrupt: see the swarmkv.llama log)"
+            )
+        return n
+
+    def perf(self) -> PerfCounters:
+        """Decode counters since the last reset (llama_perf_context), after llama_synchronize."""
+        # llama.cpp counts a decode when it synchronizes, which a decode without logits
+        # has not done yet.
+        lib.llama_synchronize(self.ptr)
+        data = lib.llama_perf_context(self.ptr)
+        return PerfCounters(data.t_p_eval_ms, data.t_eval_ms, data.n_p_eval, data.n_eval)
+
+    def perf_reset(self) -> None:
+        """Zero the decode counters (llama_perf_context_reset), after llama_synchronize."""
+        lib.llama_synchronize(self.ptr)
+        lib.llama_perf_context_reset(self.ptr)
+
+
+def _decode_reason(rc: int, n_tokens: int, n_ctx: int) -> str:
+    if rc == 1:
+        return f"no KV slot for a batch of {n_tokens} tokens (n_ctx={n_ctx}): context is full"
+    if rc == 2:
+        return "aborted"
+    if rc == -1:
+        return "invalid input batch (see the swarmkv.llama log)"
+    return "fatal error in llama_decode (see the swarmkv.llama log)"
