@@ -134,6 +134,7 @@ def _add_run(subs: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `swarmkv` argument parser with its run, demo, bench and info subcommands."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         allow_abbrev=False,
@@ -236,6 +237,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 # -- entry point ----------------------------------------------------------------------------
 def configure_logging(verbose: bool) -> None:
+    """Log to stderr: swarmkv at INFO when verbose, else WARNING with llama.cpp errors only."""
     logging.basicConfig(format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("swarmkv").setLevel(logging.INFO if verbose else logging.WARNING)
     # llama.cpp warns at every model load about things a user cannot act on; its errors
@@ -244,6 +246,10 @@ def configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `swarmkv` entry point; returns the exit status.
+
+    The command's own status, 2 after a SwarmKVError, 130 when interrupted (Ctrl-C).
+    """
     args = parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))  # `bench` has no -v
     configure_logging(verbose)

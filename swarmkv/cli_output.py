@@ -47,6 +47,7 @@ class PrefillBar:
         self._bar.update(done - self._bar.n)
 
     def close(self) -> None:
+        """Close the bar if one was drawn; safe to call again."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -62,6 +63,7 @@ def run_with_progress(pipe: Pipeline, mode: str, keep_logits: bool | str = False
 
 
 def report_failures(result: PipelineResult) -> int:
+    """Write one stderr line per node that did not end ok; returns the exit code, 1 or 0."""
     bad = [o for o in result.outcomes.values() if o.status != "ok"]
     for o in bad:
         sys.stderr.write(f"{PROG}: node {o.name!r} {o.status}: {o.reason or ''}\n")
@@ -69,6 +71,7 @@ def report_failures(result: PipelineResult) -> int:
 
 
 def num(value: float | None) -> str:
+    """A number with one decimal, or "-" for None."""
     return "-" if value is None else f"{value:.1f}"
 
 
@@ -94,6 +97,7 @@ def format_timings(result: PipelineResult) -> str:
 
 
 def format_result(result: PipelineResult) -> str:
+    """The text output of a run: mode, model and sizes, each branch's answer, then timings."""
     title = (
         f"mode {result.mode}   model {result.model}   {result.prefix_tokens} document "
         f"tokens   n_ctx {result.n_ctx}\n\n"
@@ -103,4 +107,5 @@ def format_result(result: PipelineResult) -> str:
 
 
 def write_json(obj: dict[str, Any]) -> None:
+    """Print obj to stdout as indented JSON."""
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")

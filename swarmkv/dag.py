@@ -78,9 +78,11 @@ class DagResult:
 
     @property
     def ok(self) -> bool:
+        """Whether every node finished with status ok."""
         return all(r.status == "ok" for r in self.results.values())
 
     def failed(self) -> list[NodeResult]:
+        """The results of nodes whose status is failed, in topological order."""
         return [r for r in self.results.values() if r.status == "failed"]
 
     def __getitem__(self, name: str) -> NodeResult:
@@ -129,6 +131,7 @@ class NodeContext:
 
     @property
     def cancelled(self) -> bool:
+        """Whether the run was cancelled, interrupted or timed out (see check_cancelled)."""
         return self._run.cancel_reason() is not None
 
     def check_cancelled(self) -> None:

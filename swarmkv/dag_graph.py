@@ -14,7 +14,11 @@ from .errors import CycleError, DagError
 
 
 class HasDeps(Protocol):
-    def dep_names(self) -> list[str]: ...
+    """What the graph functions need of a node: the names it depends on."""
+
+    def dep_names(self) -> list[str]:
+        """Names of the nodes this node depends on."""
+        ...
 
 
 def validate(nodes: Mapping[str, HasDeps]) -> None:

@@ -52,6 +52,7 @@ def demo_summary(fork: PipelineResult, baseline: PipelineResult) -> dict[str, An
 
 
 def format_demo(fork: PipelineResult, baseline: PipelineResult, summary: dict[str, Any]) -> str:
+    """The demo's text: each mode's answers, prefill and e2e milliseconds, speedup, fidelity."""
     from .demo_doc import DEMO_N_PREDICT, DEMO_QUESTIONS
 
     out = [
@@ -80,6 +81,10 @@ def format_demo(fork: PipelineResult, baseline: PipelineResult, summary: dict[st
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Run `swarmkv demo`: fork, then baseline, on one loaded model; print text or JSON.
+
+    Returns 1 when a node of either run did not end ok, else 0.
+    """
     from .model import Model
     from .models import default_model_path
 

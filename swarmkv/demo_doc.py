@@ -92,4 +92,5 @@ DEMO_STOP: tuple[str, ...] = ("\n\n", "\nQuestion:")
 
 
 def demo_prompt(question: str) -> str:
+    """The branch prompt asking question after the document, in Question/Answer form."""
     return f"\nQuestion: {question}\nAnswer:"

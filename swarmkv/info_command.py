@@ -62,6 +62,7 @@ def format_info(facts: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `swarmkv info`: print the install facts as text, or as one JSON object with --json."""
     from .install_info import info
 
     facts = info()

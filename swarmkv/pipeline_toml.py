@@ -89,6 +89,8 @@ class Settings:
 
 @dataclass(frozen=True)
 class DocumentSpec:
+    """The [document] table: a name and either inline text or a file path."""
+
     name: str = "doc"
     text: str | None = None
     path: Path | None = None
@@ -103,6 +105,11 @@ class DocumentSpec:
 
 @dataclass(frozen=True)
 class BranchSpec:
+    """One [[branch]] table: name, prompt, dependencies, stop strings and sampling values.
+
+    n_predict, temperature and seed left None fall back to [settings], then the defaults.
+    """
+
     name: str
     prompt: str
     after: tuple[str, ...] = ()
@@ -118,6 +125,8 @@ class BranchSpec:
 
 @dataclass(frozen=True)
 class PipelineSpec:
+    """A whole pipeline: the document, its branches, the settings and the TOML file read."""
+
     document: DocumentSpec
     branches: tuple[BranchSpec, ...]
     settings: Settings = Settings()
@@ -125,9 +134,11 @@ class PipelineSpec:
 
     @property
     def mode(self) -> str:
+        """The handoff mode: settings.mode, else the default (fork)."""
         return self.settings.mode or DEFAULT_MODE
 
     def with_settings(self, over: Settings) -> PipelineSpec:
+        """A copy whose settings take every value `over` gives."""
         return replace(self, settings=self.settings.merged(over))
 
     def branch_kwargs(self, b: BranchSpec) -> dict[str, Any]:

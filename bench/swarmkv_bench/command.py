@@ -16,6 +16,7 @@ PAPER_DOC_TOKENS = 3501
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Register `swarmkv bench` and its options on the CLI's subparsers; returns it."""
     p = sub.add_parser("bench", help="benchmark baseline vs SwarmKV modes (and llama-server)")
     p.add_argument(
         "--paper",
@@ -59,6 +60,10 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def configs_of(args: argparse.Namespace) -> tuple[BenchConfig, ...]:
+    """The configs the arguments ask for: the paper's one, else each doc-tokens x branches pair.
+
+    ConfigError when --branches or --doc-tokens is not a comma list of integers >= 1.
+    """
     if args.paper:
         return (BenchConfig(2, PAPER_DOC_TOKENS, 16),)
     return tuple(
@@ -81,6 +86,10 @@ def require_bench_extra() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `swarmkv bench`: measure every config and mode, write the outputs, print the targets.
+
+    ConfigError before any model is loaded when matplotlib (the bench extra) is missing.
+    """
     require_bench_extra()
     from swarmkv.models import default_model_path
 

@@ -32,10 +32,12 @@ class Stat:
 
     @property
     def iqr(self) -> float:
+        """Interquartile range, q3 minus q1, in the metric's own unit."""
         return self.q3 - self.q1
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat | None:
+        """Median, min, max and quartiles of the finite values; None when none is left."""
         vals = [float(v) for v in values if v is not None and math.isfinite(v)]
         if not vals:
             return None
@@ -44,6 +46,7 @@ class Stat:
         return cls(float(med), float(arr.min()), float(arr.max()), float(q1), float(q3), len(vals))
 
     def to_dict(self) -> dict[str, float]:
+        """JSON-ready fields, with the iqr added."""
         return asdict(self) | {"iqr": self.iqr}
 
 
@@ -78,6 +81,7 @@ class ModeSummary:
     branch_names: tuple[str, ...] = ()
 
     def activation_median(self, i: int) -> float | None:
+        """Median activation of branch i, in milliseconds (may start to first token); else None."""
         return _median_at(self.branch_activation_ms, i)
 
     def prefill_work_ms(self) -> float | None:
@@ -87,6 +91,7 @@ class ModeSummary:
         return self.prefill_ms.median if self.prefill_ms is not None else None
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: each Stat as a dict, tuples as lists."""
         out: dict[str, Any] = {}
         for key, value in self.__dict__.items():
             if isinstance(value, Stat):
@@ -110,9 +115,11 @@ class Speedup:
     redundant_prefill_eliminated_ms: float | None
 
     def activation_at(self, i: int) -> float | None:
+        """Activation speedup of branch i (reference median over this mode's); None if absent."""
         return self.speedup_activation[i] if i < len(self.speedup_activation) else None
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, speedup_activation as a list."""
         return asdict(self) | {"speedup_activation": list(self.speedup_activation)}
 
 

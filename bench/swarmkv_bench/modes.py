@@ -26,6 +26,8 @@ PEERS = ("server-np1", "server-npN", "server-np1+swa_window", "server-npN+swa_wi
 
 @dataclass(frozen=True)
 class ModeSpec:
+    """A parsed bench mode: handoff mode plus its fork, flash-attention and SWA settings."""
+
     name: str
     mode: str  # host | fork | baseline
     fork: ForkOptions
@@ -40,6 +42,10 @@ class ModeSpec:
 
 
 def parse_mode(name: str) -> ModeSpec:
+    """The ModeSpec of a name such as "fork+streams"; exact implies streams and per_branch.
+
+    ConfigError for an unknown mode or variant.
+    """
     head, *variants = name.split("+")
     if head not in MODES:
         raise ConfigError(f"unknown bench mode {name!r}: starts with one of {', '.join(MODES)}")

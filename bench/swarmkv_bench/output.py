@@ -37,12 +37,18 @@ BREAKDOWN_KEYS = (
 
 @dataclass(frozen=True)
 class BenchOutputs:
+    """What write_outputs produced: the output folder, the targets and the files written."""
+
     out_dir: Path
     targets: list[Target]
     files: list[Path]
 
 
 def all_speedups(run: BenchRun) -> list[Speedup]:
+    """Every mode's speedups against "baseline", and against each baseline+variant reference.
+
+    A baseline+variant reference is compared only with modes whose name contains the variant.
+    """
     summaries = summarize(run.records)
     refs = sorted({m for _, m in summaries if m.startswith("baseline")})
     return [
@@ -54,6 +60,7 @@ def all_speedups(run: BenchRun) -> list[Speedup]:
 
 
 def write_outputs(run: BenchRun) -> BenchOutputs:
+    """Write all_trials.csv, best_run.json, the plots and report.md into the run's out_dir."""
     out = run.options.out_dir
     out.mkdir(parents=True, exist_ok=True)
     summaries = summarize(run.records)

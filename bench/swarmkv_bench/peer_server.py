@@ -238,12 +238,14 @@ class LlamaServer:
 
     @property
     def base_url(self) -> str:
+        """The server's http://127.0.0.1:port URL; PeerServerError if it was never started."""
         if self.port is None:
             raise PeerServerError("llama-server is not started")
         return f"http://{HOST}:{self.port}"
 
     @property
     def pid(self) -> int | None:
+        """The server's process id; None before start and after stop."""
         return self._proc.pid if self._proc is not None else None
 
     def __enter__(self) -> LlamaServer:

@@ -23,38 +23,81 @@ class BranchLike(Protocol):
     """The parts of `swarmkv.results.BranchResult` the harness reads."""
 
     @property
-    def tokens(self) -> Sequence[int]: ...
+    def tokens(self) -> Sequence[int]:
+        """Token ids the branch generated."""
+        ...
+
     @property
-    def activation_ms(self) -> float: ...
+    def activation_ms(self) -> float:
+        """Milliseconds from when the branch may start to its first generated token."""
+        ...
+
     @property
-    def restore_ms(self) -> float | None: ...
+    def restore_ms(self) -> float | None:
+        """Milliseconds restoring the prefix (host: llama_state_seq_set_data, fork: seq_cp).
+
+        None for the baseline, which prefills instead.
+        """
+        ...
+
     @property
-    def fork_copy_ms(self) -> float | None: ...
+    def fork_copy_ms(self) -> float | None:
+        """Milliseconds of host mode's copy-on-fork of the snapshot bytes; None elsewhere."""
+        ...
+
     @property
-    def prefill_ms(self) -> float | None: ...
+    def prefill_ms(self) -> float | None:
+        """Milliseconds of the baseline branch's own document prefill; None in other modes."""
+        ...
+
     @property
-    def decode_ms(self) -> float: ...
+    def decode_ms(self) -> float:
+        """Milliseconds from the start of decoding to the last token (prompt + generation)."""
+        ...
+
     @property
-    def first_token_ms(self) -> float: ...
+    def first_token_ms(self) -> float:
+        """Milliseconds from pipeline start to the branch's first generated token."""
+        ...
+
     @property
-    def end_ms(self) -> float: ...
+    def end_ms(self) -> float:
+        """Milliseconds from pipeline start to the branch's last token."""
+        ...
 
 
 class ResultLike(Protocol):
     """The parts of `swarmkv.results.PipelineResult` the harness reads."""
 
     @property
-    def mode(self) -> str: ...
+    def mode(self) -> str:
+        """The handoff mode the pipeline ran in (host, fork or baseline)."""
+        ...
+
     @property
-    def prefix_tokens(self) -> int: ...
+    def prefix_tokens(self) -> int:
+        """Tokens in the shared document prefix."""
+        ...
+
     @property
-    def prefill_ms(self) -> float: ...
+    def prefill_ms(self) -> float:
+        """Milliseconds of document prefill (the median when each branch prefilled)."""
+        ...
+
     @property
-    def snapshot_bytes(self) -> int: ...
+    def snapshot_bytes(self) -> int:
+        """Bytes of the host-mode KV snapshot of the document; 0 when none was taken."""
+        ...
+
     @property
-    def e2e_ms(self) -> float: ...
+    def e2e_ms(self) -> float:
+        """Milliseconds from pipeline start to the last branch's last token."""
+        ...
+
     @property
-    def branches(self) -> Mapping[str, BranchLike]: ...
+    def branches(self) -> Mapping[str, BranchLike]:
+        """Each branch's result, by branch name."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,17 +49,20 @@ class Target:
 
     @property
     def passed(self) -> bool:
+        """Whether value meets the threshold; a missing or non-finite value never passes."""
         if self.value is None or not math.isfinite(self.value):
             return False
         return self.value >= self.threshold if self.op == ">=" else self.value <= self.threshold
 
     @property
     def status(self) -> str:
+        """PASS or FAIL, or NOT MEASURED when the value is missing or non-finite."""
         if self.value is None or not math.isfinite(self.value):
             return "NOT MEASURED"
         return "PASS" if self.passed else "FAIL"
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields plus passed and status."""
         return asdict(self) | {"passed": self.passed, "status": self.status}
 
 

@@ -33,6 +33,8 @@ PEER_SETUPS: dict[str, Literal["np1", "npN"]] = {"server-np1": "np1", "server-np
 
 @dataclass(frozen=True)
 class BenchOptions:
+    """What to benchmark: model, configs, modes, trial counts, threads and the output folder."""
+
     model_path: Path
     configs: tuple[BenchConfig, ...]
     modes: tuple[str, ...] = ("baseline", "host", "fork")
@@ -50,6 +52,8 @@ class BenchOptions:
 
 @dataclass
 class BenchRun:
+    """One benchmark run: its options, every trial record, the setup facts and notes."""
+
     options: BenchOptions
     records: list[TrialRecord] = field(default_factory=list)
     setup: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +64,10 @@ Progress = Callable[[str], None]
 
 
 def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
+    """Run every config: warm-up then measured trials, each running every mode, then peers.
+
+    A mode that raises SwarmKVError is logged in notes and skipped; Interrupted ends the run.
+    """
     specs, peers = split_modes(list(opts.modes))
     run = BenchRun(opts)
     with Model(opts.model_path) as model:

@@ -52,6 +52,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def paper_targets(sp: Sequence[Speedup]) -> list[Target]:
+    """Targets of the paper's config (N2-D3501-P16): e2e and branch-2 activation speedups."""
     return [
         Target("paper: fork speedup_e2e", _speedup(sp, PAPER, "fork"), 1.85, ">=", "x"),
         Target("paper: host speedup_e2e", _speedup(sp, PAPER, "host"), 1.85, ">=", "x"),
@@ -77,6 +78,7 @@ def paper_targets(sp: Sequence[Speedup]) -> list[Target]:
 def wide_targets(
     summaries: Summaries, sp: Sequence[Speedup], records: Sequence[TrialRecord]
 ) -> list[Target]:
+    """Targets of 32 branches (N32-D3501-P32): speedups, llama-server ratios, overhead, KV."""
     fork_e2e = _median(summaries, WIDE, "fork")
     np1_first = _last_first_token(records, WIDE, "server-np1")
     fork_first = _last_first_token(records, WIDE, "fork")
@@ -165,6 +167,7 @@ def _median(summaries: Summaries, cfg: str, mode: str) -> float | None:
 def all_targets(
     summaries: Summaries, sp: Sequence[Speedup], records: Sequence[TrialRecord]
 ) -> list[Target]:
+    """Every target the run's configs allow: paper, 32-branch, and host restore per config."""
     configs = {c for c, _ in summaries}
     out: list[Target] = []
     if PAPER in configs:

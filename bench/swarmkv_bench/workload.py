@@ -27,18 +27,28 @@ PROMPTS = (
 
 
 class Tokenizer(Protocol):
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
-    def detokenize(self, tokens: list[int]) -> str: ...
+    """What a workload needs of a model: text to token ids and back (Model satisfies it)."""
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        """Token ids of text; add_special adds BOS where the model asks for it."""
+        ...
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of the token ids."""
+        ...
 
 
 @dataclass(frozen=True)
 class BenchConfig:
+    """One benchmark configuration: branches, document tokens, tokens generated per branch."""
+
     n_branches: int
     doc_tokens: int
     n_predict: int
 
     @property
     def config_id(self) -> str:
+        """The config's label, e.g. N2-D3501-P16 (branches, document tokens, n_predict)."""
         return f"N{self.n_branches}-D{self.doc_tokens}-P{self.n_predict}"
 
 
@@ -59,5 +69,9 @@ def document(model: Tokenizer, n_tokens: int, source: Path | None = None) -> str
 
 
 def prompts_for(n: int, paper: bool = False) -> list[str]:
+    """n branch prompts taken in turn from PROMPTS (PAPER_PROMPTS with paper).
+
+    Once the pool is used up, repeated prompts end in " (i)" so every prompt differs.
+    """
     pool = PAPER_PROMPTS if paper else PROMPTS
     return [pool[i % len(pool)] + ("" if i < len(pool) else f" ({i})") for i in range(n)]

@@ -22,6 +22,10 @@ STAMP = ROOT / "vendor" / "llama.cpp" / ".swarmkv-stamp"
 
 
 def pinned_commit() -> str:
+    """The llama.cpp commit pinned in vendor/llama.cpp.lock.
+
+    Exits (SystemExit) when it is not 40 lowercase hex digits.
+    """
     with LOCK.open("rb") as f:
         commit = tomllib.load(f)["commit"]
     if not (len(commit) == 40 and all(c in "0123456789abcdef" for c in commit)):
@@ -37,6 +41,7 @@ def applied_patches() -> list[str]:
 
 
 def build_info(args: argparse.Namespace) -> dict[str, object]:
+    """The build's settings from the command line, compiled into the extension as JSON."""
     return {
         "cpu_mode": args.cpu,
         "cuda": args.cuda == "ON",
@@ -48,6 +53,10 @@ def build_info(args: argparse.Namespace) -> dict[str, object]:
 
 
 def make_ffi(args: argparse.Namespace) -> cffi.FFI:
+    """The cffi FFI of swarmkv._native._llama: cdef.h (plus cdef_cpu.h for a native CPU build).
+
+    Its C source adds swarmkv_llama_cpp_commit() and swarmkv_build_json().
+    """
     ffi = cffi.FFI()
     cdef = (HERE / "cdef.h").read_text()
     if args.cpu == "native":
@@ -67,6 +76,7 @@ static const char * swarmkv_build_json(void) {{ return {info}; }}
 
 
 def main() -> None:
+    """Parse the options CMake passes and write the extension's C source to --emit."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--emit", required=True, type=Path, help="where to write the C source")
     parser.add_argument("--cpu", choices=["native", "portable"], default="native")

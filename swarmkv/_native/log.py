@@ -25,6 +25,7 @@ _pending = threading.local()
 
 @ffi.def_extern()
 def swarmkv_log_callback(level: int, text: object, user_data: object) -> None:
+    """The ggml_log_callback given to llama_log_set: buffers pieces, logs whole lines."""
     # Must never raise: an exception here would be printed by cffi, not propagated.
     try:
         piece = ffi.string(text).decode("utf-8", errors="replace")
