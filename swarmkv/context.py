@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._native import ffi, lib
-from .budget import GGML_MAX_N_THREADS
+from .budget import GGML_MAX_N_THREADS, round_ctx
 from .errors import (
     BatchError,
     ConfigError,
@@ -210,7 +210,7 @@ class Context(Owned):
     def _check_memory(model: Model, config: ContextConfig) -> None:
         cells = config.n_ctx
         if not config.kv_unified and config.n_seq_max > 1:  # llama.cpp pads each stream to 256
-            cells = -(-(config.n_ctx // config.n_seq_max) // 256) * 256 * config.n_seq_max
+            cells = round_ctx(config.n_ctx // config.n_seq_max) * config.n_seq_max
         need = estimate_kv_bytes(model, cells, config.type_k, config.type_v)
         avail = mem_available_bytes()
         if avail is not None and need > avail:

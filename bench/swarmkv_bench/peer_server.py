@@ -18,7 +18,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal
 
+from swarmkv.budget import round_ctx
 from swarmkv.errors import ConfigError, SwarmKVError
+
+from .sysinfo import proc_status_bytes
 
 log = logging.getLogger("swarmkv.bench.peer")
 
@@ -27,7 +30,6 @@ ENV_SERVER = "SWARMKV_LLAMA_SERVER"
 SERVER_RELPATH = Path("build/llama-server/bin/llama-server")
 HOST = "127.0.0.1"  # the peer is a local benchmark subject: never listen beyond loopback
 CTX_MARGIN = 32  # tokens per slot beyond prompt + n_predict: the server stops at n_ctx - 1
-CTX_PAD = 256  # llama_context pads n_ctx (and n_ctx per sequence) to a multiple of 256
 FLASH_ATTN = ("on", "off", "auto")
 _SETUPS = ("np1", "npN")
 
@@ -151,12 +153,8 @@ def size_n_ctx(
         raise ConfigError("need prompt_tokens >= 1, n_predict >= 0 and n_parallel >= 1")
     per_slot = prompt_tokens + n_predict + margin
     if kv_unified:
-        return _pad(per_slot * n_parallel)
-    return _pad(per_slot) * n_parallel
-
-
-def _pad(n: int) -> int:
-    return -(-n // CTX_PAD) * CTX_PAD
+        return round_ctx(per_slot * n_parallel)
+    return round_ctx(per_slot) * n_parallel
 
 
 def free_port() -> int:
@@ -180,12 +178,7 @@ def count_tokens(model_path: Path, texts: tuple[str, ...]) -> tuple[int, ...]:
 
 def read_peak_rss(pid: int) -> int | None:
     """VmHWM (peak resident set) of a live process, in bytes; None when unreadable."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    match = re.search(r"^VmHWM:\s+(\d+)\s+kB", status, re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
+    return proc_status_bytes("VmHWM", pid)
 
 
 def _log_tail(path: Path, lines: int = 40) -> str:

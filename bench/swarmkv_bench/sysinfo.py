@@ -11,11 +11,22 @@ from pathlib import Path
 import numpy as np
 
 
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+def proc_status_bytes(key: str, pid: int | str = "self") -> int | None:
+    """A kB field of /proc/PID/status (VmRSS, VmHWM, RssAnon, ...) in bytes; None when the
+    process or the field is not there (the one reader of that file in SwarmKV)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024
-    return 0
+    return None
+
+
+def rss_bytes() -> int:
+    """This process's resident set size (VmRSS) in bytes; 0 where /proc is not there."""
+    return proc_status_bytes("VmRSS") or 0
 
 
 class PeakRSS:

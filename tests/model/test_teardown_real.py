@@ -22,6 +22,7 @@ import pytest
 import swarmkv as sk
 from swarmkv.owned import Keeper
 from swarmkv.pipeline import Pipeline
+from swarmkv_bench.sysinfo import proc_status_bytes
 
 pytestmark = pytest.mark.model
 
@@ -65,10 +66,9 @@ def anon_rss() -> int:
     """Anonymous resident memory after glibc returns its free pages: the model's weights are
     a file mapping whose resident pages come and go, so they are left out."""
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon in /proc/self/status")
+    anon = proc_status_bytes("RssAnon")
+    assert anon is not None, "no RssAnon in /proc/self/status"
+    return anon
 
 
 def live_handles() -> int:

@@ -143,3 +143,12 @@ def test_summary_to_dict_uses_metric_names() -> None:
     assert d["e2e_ms"]["median"] == 45.0 and d["e2e_ms"]["iqr"] == 5.0
     assert d["branch_activation_ms"][1]["median"] == 5.0
     assert d["prefill_total_ms"] is None
+
+
+def test_proc_status_reader() -> None:
+    from swarmkv_bench.sysinfo import proc_status_bytes, rss_bytes
+
+    rss = proc_status_bytes("VmRSS")
+    assert rss is not None and rss > 1 << 20 and rss_bytes() > 1 << 20
+    assert proc_status_bytes("NoSuchField") is None
+    assert proc_status_bytes("VmRSS", pid=2**31 - 1) is None  # no such process
