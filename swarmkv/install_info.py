@@ -54,12 +54,13 @@ def _cpu_reg() -> Any:
 
 def ggml_cpu_features() -> dict[str, str]:
     """Features the loaded ggml CPU backend was compiled with (`ggml_backend_get_features`)."""
-    proc = lib.ggml_backend_reg_get_proc_address(_cpu_reg(), b"ggml_backend_get_features")
+    reg = _cpu_reg()
+    proc = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features")
     if proc == ffi.NULL:
         raise RuntimeError("the CPU backend does not export ggml_backend_get_features")
     get = ffi.cast("ggml_backend_get_features_t", proc)
     features: dict[str, str] = {}
-    entry = get(_cpu_reg())
+    entry = get(reg)
     i = 0
     while entry[i].name != ffi.NULL:
         features[_text(entry[i].name)] = _text(entry[i].value)

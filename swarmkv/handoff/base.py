@@ -97,7 +97,6 @@ class Plan:
     ready_ns: dict[int, int] = field(default_factory=dict)  # prefix length -> when available
     share_ns: dict[int, int] = field(default_factory=dict)  # fork: seq_cp time per branch
     snapshots: list[KVSnapshot] = field(default_factory=list)  # host: released after the run
-    wave_names: list[str] = field(default_factory=list)  # fork: the DAG nodes that decode
 
     def release_snapshots(self) -> None:
         """Release every snapshot the run captured and forget them."""

@@ -55,6 +55,7 @@ class ForkHandoff(Handoff):
         self.options = options
         self.shares_context = options.layout == "unified"
         self._holder: list[Context] = []  # the shared context, made by the prefill node
+        self._wave_names: list[str] = []  # the DAG nodes that decode, in order
 
     def check(self, model: Model, config: ContextConfig) -> None:
         """Raise ConfigError on a sliding-window model without swa_full, before any allocation."""
@@ -74,12 +75,12 @@ class ForkHandoff(Handoff):
         dag.add(plan.doc.name, lambda n: _fork_prefill(plan, holder, seq_of, n))
         prev = plan.doc.name
         taken = {plan.doc.name, *seq_of}
-        plan.wave_names.clear()
+        self._wave_names.clear()
         for k, group in enumerate(waves(plan.branches, plan.doc.name)):
             name = f"wave-{k}"
             while name in taken:  # never the name of a user's document or branch
                 name = f"_{name}"
-            plan.wave_names.append(name)
+            self._wave_names.append(name)
             wave = functools.partial(_fork_wave, plan, holder, seq_of, group)
             dag.add(name, wave, after=[prev])
             prev = name
@@ -92,7 +93,7 @@ class ForkHandoff(Handoff):
         value takes that wave's status (the first wave that did not finish ok)."""
         doc = dres[plan.doc.name]
         outcomes = {doc.name: NodeOutcome(doc.name, doc.status, doc.reason, doc.error)}
-        waves_run = [dres[n] for n in plan.wave_names]
+        waves_run = [dres[n] for n in self._wave_names]
         values: dict[str, Any] = {}
         for nr in waves_run:
             if nr.status == "ok":
