@@ -45,6 +45,6 @@ with sk.Model(sk.default_model_path()) as model:
             ctx.decode(batch)  # one llama_decode for all branches
             pos = [p + 1 for p in pos]
         print(f"document: {len(doc)} tokens, decoded once; {len(QUESTIONS)} branches")
-        print(f"KV cells used: seq 0 holds {ctx.seq_pos_max(0) + 1}, branch 1 ends at {pos[0]}")
+        print(f"KV cells used: seq 0 holds {ctx.seq_len(0)}, branch 1 ends at {pos[0]}")
         for q, a in zip(QUESTIONS, answers, strict=True):
             print(f"{q}\n  -> {model.detokenize(a).strip().splitlines()[0]!r}")

@@ -32,7 +32,8 @@ from .sampling import SamplerConfig
 if TYPE_CHECKING:
     from ._native import LLAMA_CPP_COMMIT
     from .batch import Batch, Sampler
-    from .context import Context, ContextConfig
+    from .context import Context
+    from .context_config import ContextConfig
     from .install_info import info
     from .model import Model
     from .pool import HostBuffer, HostBufferPool
@@ -49,7 +50,7 @@ _NATIVE = {
     "Sampler": ".batch",
     "info": ".install_info",
     "Context": ".context",
-    "ContextConfig": ".context",
+    "ContextConfig": ".context_config",
     "Model": ".model",
     "HostBuffer": ".pool",
     "HostBufferPool": ".pool",

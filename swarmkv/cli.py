@@ -22,13 +22,13 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import __version__
 from .cli_output import (
+    PrefillBar,
     format_result,
     report_failures,
-    run_with_progress,
     write_json,
 )
 from .demo_command import cmd_demo
@@ -39,14 +39,11 @@ from .modes import MODES
 from .pipeline_toml import (
     BranchSpec,
     DocumentSpec,
-    PipelineSpec,
+    PipelineFile,
     Settings,
     build_pipeline,
     load_pipeline_spec,
 )
-
-if TYPE_CHECKING:
-    pass
 
 PROG = "swarmkv"
 
@@ -129,6 +126,13 @@ def _add_run(subs: Any) -> None:
     run.add_argument(
         "--temp", type=float, metavar="F", help="sampling temperature; 0 is greedy (default: 0)"
     )
+    run.add_argument(
+        "--exact",
+        action="store_const",
+        const=True,
+        help="batch-invariant decoding: every branch's tokens and logits bit-identical to "
+        "a context of its own (slower steps; see the README)",
+    )
     _common(run)
     run.set_defaults(func=_cmd_run)
 
@@ -148,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # else `demo --mode` would silently mean --model
         help="a built-in two-question example, fork mode against baseline",
         description="Answer two questions about a built-in report in fork mode and in "
-        "baseline mode, and print the speedup.",
+        "baseline mode, both batch-invariant (as `swarmkv run --exact`), and print the "
+        "speedup and the bit-for-bit comparison.",
     )
     _common(demo)
     demo.set_defaults(func=cmd_demo)
@@ -209,10 +214,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         n_predict=args.n_predict,
         temperature=args.temp,
         seed=args.seed,
+        exact=args.exact,
     )
 
 
-def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
+def spec_from_args(args: argparse.Namespace) -> PipelineFile:
     """The pipeline the run flags describe: a TOML file, or --doc with branches b1, b2, ..."""
     if args.pipeline is not None:
         spec = load_pipeline_spec(args.pipeline)
@@ -220,14 +226,15 @@ def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
         branches = tuple(
             BranchSpec(f"b{i}", unescape(prompt)) for i, prompt in enumerate(args.branch, 1)
         )
-        spec = PipelineSpec(DocumentSpec(path=Path(args.doc).expanduser()), branches)
+        spec = PipelineFile(DocumentSpec(path=Path(args.doc).expanduser()), branches)
     return spec.with_settings(settings_from_args(args))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)  # fully validated before build_pipeline loads the model
-    with build_pipeline(spec) as pipe:
-        result = run_with_progress(pipe, spec.mode)
+    # failures are reported below, not raised, so the branches that worked still print
+    with build_pipeline(spec) as pipe, PrefillBar(sys.stderr.isatty()) as bar:
+        result = pipe.run(spec.mode, raise_on_failure=False, progress=bar)
     if args.json:
         write_json({**result.to_dict(), "ok": result.ok})
     else:

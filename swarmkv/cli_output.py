@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from .pipeline import Pipeline
     from .results import PipelineResult
 
 PROG = "swarmkv"
@@ -52,14 +51,11 @@ class PrefillBar:
             self._bar.close()
             self._bar = None
 
+    def __enter__(self) -> PrefillBar:
+        return self
 
-def run_with_progress(pipe: Pipeline, mode: str, keep_logits: bool | str = False) -> PipelineResult:
-    """Run every node; failures are reported by the caller, not raised, to keep the rest."""
-    bar = PrefillBar(sys.stderr.isatty())
-    try:
-        return pipe.run(mode, raise_on_failure=False, progress=bar, keep_logits=keep_logits)
-    finally:
-        bar.close()
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def report_failures(result: PipelineResult) -> int:

@@ -1,4 +1,4 @@
-"""Context (llama_context) and its settings, ContextConfig.
+"""Context (llama_context); its settings, ContextConfig, live in context_config.py.
 
 Ownership (see owned.py): a Context keeps its Model's native handle alive and is freed by
 llama_free once closed and no logits view made from it remains. Use one context from one
@@ -8,15 +8,21 @@ call, so bad input raises a SwarmKVError and never reaches a C++ exception or ab
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._native import ffi, lib
-from .budget import GGML_MAX_N_THREADS, round_ctx
+from .budget import round_ctx
+from .context_config import (
+    FLASH_ATTN_TYPES,
+    KV_TYPES,
+    LLAMA_MAX_SEQ,
+    ContextConfig,
+    FlashAttn,
+    default_threads,
+)
 from .errors import (
     BatchError,
     ConfigError,
@@ -31,137 +37,14 @@ from .owned import Owned
 if TYPE_CHECKING:
     from .batch import Batch
 
-FlashAttn = Literal["auto", "on", "off"]
-_FLASH = {
-    "auto": "LLAMA_FLASH_ATTN_TYPE_AUTO",
-    "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
-    "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED",
-}
-_KV_TYPES = {
-    "f32": "GGML_TYPE_F32",
-    "f16": "GGML_TYPE_F16",
-    "bf16": "GGML_TYPE_BF16",
-    "q8_0": "GGML_TYPE_Q8_0",
-    "q4_0": "GGML_TYPE_Q4_0",
-}
-LLAMA_MAX_SEQ = 256  # llama-cparams.h; llama.cpp throws past it
-
-
-_log = logging.getLogger("swarmkv.config")  # not under swarmkv.llama: the CLI mutes that one
-
-
-def default_threads() -> int:
-    """Number of CPUs this process may run on (os.sched_getaffinity); 1 where that is unknown."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-
-
-@dataclass(frozen=True)
-class ContextConfig:
-    """Every knob of a llama_context that SwarmKV sets. None means "llama.cpp's/our default".
-
-    swa_full=None resolves to True for sliding-window models: with a window-sized SWA cache
-    the cells a sequence keeps depend on how it got them, and on the pinned tree logits past
-    the window differed by NMSE ~1e-3 between a context that decoded a document and one that
-    restored or forked it. With the full-size cache restore and fork were bit-exact (NMSE 0).
-    Exactness is the product, so it is the default; pass swa_full=False to trade it for memory.
-
-    Restores are bit-exact only with the cell layout kept too: see Context.exact_state_flags.
-    """
-
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_ubatch: int | None = None
-    n_seq_max: int = 1
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    kv_unified: bool = False
-    swa_full: bool | None = None
-    flash_attn: FlashAttn = "auto"
-    type_k: str = "f16"
-    type_v: str = "f16"
-    offload_kqv: bool = True
-
-    def validate(self, model: Model) -> None:
-        """Check every field against llama.cpp's limits and model's, before any context exists.
-
-        Raises ConfigError for a value out of range (n_seq_max also must not exceed the
-        effective n_batch) and ContextCreateError when one sequence's cells exceed n_ctx_train.
-        """
-        if self.n_ctx < 1:
-            raise ConfigError(f"n_ctx must be >= 1, got {self.n_ctx}")
-        per_seq = self.n_ctx if self.kv_unified else self.n_ctx // max(self.n_seq_max, 1)
-        if per_seq > model.n_ctx_train:
-            raise ContextCreateError(
-                f"n_ctx={self.n_ctx} ({per_seq} per sequence) exceeds what {model.path.name} "
-                f"supports (n_ctx_train={model.n_ctx_train})"
-            )
-        if self.n_batch < 1:
-            raise ConfigError(f"n_batch must be >= 1, got {self.n_batch}")
-        if self.n_ubatch is not None and not 1 <= self.n_ubatch <= self.n_batch:
-            raise ConfigError(
-                f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}"
-            )
-        if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
-            raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
-        if self.n_seq_max > self.effective_n_batch:
-            # llama.cpp reserves n_batch output rows and GGML_ASSERTs past them
-            raise ConfigError(
-                f"n_seq_max={self.n_seq_max} exceeds n_batch={self.effective_n_batch}"
-            )
-
-        for name in ("n_threads", "n_threads_batch"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= GGML_MAX_N_THREADS:
-                raise ConfigError(
-                    f"{name} must be in [1, {GGML_MAX_N_THREADS}] (ggml's limit), got {value}"
-                )
-            if value is not None and value > default_threads():
-                # ggml's threads spin at barriers: more threads than cores is much slower
-                _log.warning(
-                    "%s=%d exceeds the %d CPUs this process may use; decoding will be slower",
-                    name,
-                    value,
-                    default_threads(),
-                )
-        if self.flash_attn not in _FLASH:
-            raise ConfigError(
-                f"flash_attn must be one of {sorted(_FLASH)}, got {self.flash_attn!r}"
-            )
-        for name in ("type_k", "type_v"):
-            if getattr(self, name) not in _KV_TYPES:
-                raise ConfigError(f"{name} must be one of {sorted(_KV_TYPES)}")
-
-    @property
-    def effective_n_batch(self) -> int:
-        """llama.cpp clamps n_batch to n_ctx; so do we, so the numbers we check are real."""
-        return min(self.n_batch, self.n_ctx)
-
-    def resolved_swa_full(self, model: Model) -> bool:
-        """swa_full with None resolved: True exactly when model has sliding-window attention."""
-        return model.n_swa > 0 if self.swa_full is None else self.swa_full
-
-    def to_params(self, model: Model) -> Any:
-        """llama_context_params for model: llama_context_default_params with this config set.
-
-        n_threads defaults to default_threads() and n_threads_batch to n_threads; n_batch is
-        clamped to n_ctx and n_ubatch (default n_batch) to that; perf counters are on.
-        """
-        params = lib.llama_context_default_params()
-        threads = self.n_threads or default_threads()
-        params.n_ctx = self.n_ctx
-        params.n_batch = self.effective_n_batch
-        params.n_ubatch = min(self.n_ubatch or self.n_batch, self.effective_n_batch)
-        params.n_seq_max = self.n_seq_max
-        params.n_threads = threads
-        params.n_threads_batch = self.n_threads_batch or threads
-        params.kv_unified = self.kv_unified
-        params.swa_full = self.resolved_swa_full(model)
-        params.flash_attn_type = getattr(lib, _FLASH[self.flash_attn])
-        params.type_k = getattr(lib, _KV_TYPES[self.type_k])
-        params.type_v = getattr(lib, _KV_TYPES[self.type_v])
-        params.offload_kqv = self.offload_kqv
-        params.no_perf = False
-        return params
+__all__ = [
+    "LLAMA_MAX_SEQ",
+    "Context",
+    "ContextConfig",
+    "FlashAttn",
+    "PerfCounters",
+    "default_threads",
+]
 
 
 @dataclass(frozen=True)
@@ -189,7 +72,7 @@ class Context(Owned):
         self._check_memory(model, config)
         self.model = model  # strong reference: the model outlives its contexts
         self.config = config
-        ptr = lib.llama_init_from_model(model.ptr, config.to_params(model))
+        ptr = lib.llama_init_from_model(model.ptr, context_params(config, model))
         if ptr == ffi.NULL:
             raise ContextCreateError(
                 f"llama_init_from_model failed (n_ctx={config.n_ctx}, n_batch={config.n_batch}, "
@@ -197,6 +80,12 @@ class Context(Owned):
             )
         self._ptr: Any = ptr
         self._own(lib.llama_free, ptr, parent=model)  # the model is freed after this context
+        if config.batch_invariant and not lib.llama_set_batch_invariant(ptr, True):
+            self.close()
+            raise ConfigError(
+                "batch_invariant=True: a backend of this context has no batch-invariant mode "
+                "(it exists for the CPU backend only; use n_gpu_layers=0 and no BLAS)"
+            )
         model._contexts.add(self)
         self._mem = lib.llama_get_memory(ptr)
         self.n_vocab = model.n_vocab
@@ -235,7 +124,7 @@ class Context(Owned):
             raise BatchError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
         for seq_id, (first, last) in batch.seq_spans().items():
             self.check_seq(seq_id)
-            expected = self.seq_pos_max(seq_id) + 1
+            expected = self.seq_len(seq_id)
             if expected > 0 and first != expected:
                 raise BatchError(
                     f"position gap in seq {seq_id}: memory ends at pos {expected - 1}, "
@@ -274,52 +163,62 @@ class Context(Owned):
         """Clear the whole KV memory (llama_memory_clear); data=True also clears the buffers."""
         lib.llama_memory_clear(lib.llama_get_memory(self.ptr), data)
 
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
-        """Remove seq_id's cells in [p0, p1) (llama_memory_seq_rm); p0/p1 of -1 mean open ends.
+    def seq_rm(self, seq_id: int | None, p0: int | None = None, p1: int | None = None) -> None:
+        """Remove seq_id's cells in [p0, p1) (llama_memory_seq_rm); None is an open end.
 
-        seq_id -1 means every sequence; any other is checked first (BatchError). Raises
+        seq_id None means every sequence; any other is checked first (BatchError). Raises
         NativeCallError when llama.cpp refuses (a partial range it cannot remove).
         """
-        if seq_id != -1:
+        if seq_id is not None:
             self.check_seq(seq_id)
-        if not lib.llama_memory_seq_rm(self._memory(), seq_id, p0, p1):
+        a, b = _span(p0, p1)
+        sid = -1 if seq_id is None else seq_id  # llama.cpp's "every sequence"
+        if not lib.llama_memory_seq_rm(self._memory(), sid, a, b):
             raise NativeCallError("llama_memory_seq_rm", 0, f"seq {seq_id} [{p0}, {p1})")
 
-    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        """Copy src's cells in [p0, p1) to dst (llama_memory_seq_cp); p0/p1 of -1 mean open ends.
+    def seq_cp(self, src: int, dst: int, p0: int | None = None, p1: int | None = None) -> None:
+        """Copy src's cells in [p0, p1) to dst (llama_memory_seq_cp); None is an open end.
 
-        Raises BatchError for a bad seq id, and ConfigError before the native call for a partial
-        range with per-sequence KV streams (kv_unified=False, n_seq_max > 1): llama.cpp asserts.
+        Raises BatchError for a bad seq id or position, and ConfigError before the native call
+        for a partial range with per-sequence KV streams (kv_unified=False, n_seq_max > 1):
+        llama.cpp asserts.
         """
         self.check_seq(src)
         self.check_seq(dst)
-        if not self.config.kv_unified and self.n_seq_max > 1 and (p0 > 0 or p1 >= 0):
+        a, b = _span(p0, p1)
+        if not self.config.kv_unified and self.n_seq_max > 1 and (a > 0 or b >= 0):
             # per-sequence KV streams copy whole buffers; llama.cpp GGML_ASSERTs on a range
             raise ConfigError(f"seq_cp of positions [{p0}, {p1}) needs kv_unified=True")
-        lib.llama_memory_seq_cp(self._memory(), src, dst, p0, p1)
+        lib.llama_memory_seq_cp(self._memory(), src, dst, a, b)
 
     def seq_keep(self, seq_id: int) -> None:
         """Remove every cell not in seq_id (llama_memory_seq_keep); BatchError for a bad seq id."""
         self.check_seq(seq_id)
         lib.llama_memory_seq_keep(self._memory(), seq_id)
 
-    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
-        """Add delta to seq_id's positions in [p0, p1) (llama_memory_seq_add); -1 is an open end.
+    def seq_add(self, seq_id: int, p0: int | None, p1: int | None, delta: int) -> None:
+        """Add delta to seq_id's positions in [p0, p1) (llama_memory_seq_add); None: open end.
 
-        Raises BatchError for a bad seq id, before the native call.
+        Raises BatchError for a bad seq id or position, before the native call.
         """
         self.check_seq(seq_id)
-        lib.llama_memory_seq_add(self._memory(), seq_id, p0, p1, delta)
+        a, b = _span(p0, p1)
+        lib.llama_memory_seq_add(self._memory(), seq_id, a, b, delta)
 
-    def seq_pos_min(self, seq_id: int) -> int:
-        """Smallest position held for seq_id (llama_memory_seq_pos_min), -1 when it is empty."""
+    def seq_pos_min(self, seq_id: int) -> int | None:
+        """Smallest position held for seq_id (llama_memory_seq_pos_min); None when empty."""
         self.check_seq(seq_id)
-        return int(lib.llama_memory_seq_pos_min(self._memory(), seq_id))
+        return _pos_or_none(lib.llama_memory_seq_pos_min(self._memory(), seq_id))
 
-    def seq_pos_max(self, seq_id: int) -> int:
-        """Largest position held for seq_id, -1 when the sequence is empty."""
+    def seq_pos_max(self, seq_id: int) -> int | None:
+        """Largest position held for seq_id (llama_memory_seq_pos_max); None when empty."""
         self.check_seq(seq_id)
-        return int(lib.llama_memory_seq_pos_max(self._memory(), seq_id))
+        return _pos_or_none(lib.llama_memory_seq_pos_max(self._memory(), seq_id))
+
+    def seq_len(self, seq_id: int) -> int:
+        """Where seq_id's next token goes: its largest position + 1, or 0 when it is empty."""
+        last = self.seq_pos_max(seq_id)
+        return 0 if last is None else last + 1
 
     def _memory(self) -> Any:
         return self._live(self._mem)
@@ -390,6 +289,45 @@ class Context(Owned):
         """Zero the decode counters (llama_perf_context_reset), after llama_synchronize."""
         lib.llama_synchronize(self.ptr)
         lib.llama_perf_context_reset(self.ptr)
+
+
+def context_params(config: ContextConfig, model: Model) -> Any:
+    """llama_context_params for model: llama_context_default_params with config set.
+
+    n_threads defaults to default_threads() and n_threads_batch to n_threads; n_batch is
+    clamped to n_ctx and n_ubatch (default n_batch) to that; perf counters are on.
+    """
+    params = lib.llama_context_default_params()
+    threads = config.n_threads or default_threads()
+    params.n_ctx = config.n_ctx
+    params.n_batch = config.effective_n_batch
+    params.n_ubatch = min(config.n_ubatch or config.n_batch, config.effective_n_batch)
+    params.n_seq_max = config.n_seq_max
+    params.n_threads = threads
+    params.n_threads_batch = config.n_threads_batch or threads
+    params.kv_unified = config.kv_unified
+    params.swa_full = config.resolved_swa_full(model)
+    flash = "on" if config.batch_invariant else config.flash_attn  # validated: not "off"
+    params.flash_attn_type = getattr(lib, FLASH_ATTN_TYPES[flash])
+    params.type_k = getattr(lib, KV_TYPES[config.type_k])
+    params.type_v = getattr(lib, KV_TYPES[config.type_v])
+    params.offload_kqv = config.offload_kqv
+    params.no_perf = False
+    return params
+
+
+def _span(p0: int | None, p1: int | None) -> tuple[int, int]:
+    """[p0, p1) as llama.cpp's arguments (-1 = open end); BatchError for a negative bound."""
+    for name, p in (("p0", p0), ("p1", p1)):
+        if p is not None and p < 0:
+            raise BatchError(f"{name} must be >= 0 or None (an open end), got {p}")
+    if p0 is not None and p1 is not None and p1 < p0:
+        raise BatchError(f"empty position range [{p0}, {p1})")
+    return (-1 if p0 is None else p0), (-1 if p1 is None else p1)
+
+
+def _pos_or_none(pos: int) -> int | None:
+    return None if pos < 0 else int(pos)  # llama.cpp answers -1 for an empty sequence
 
 
 def _decode_reason(rc: int, n_tokens: int, n_ctx: int) -> str:

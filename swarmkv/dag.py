@@ -281,13 +281,27 @@ class _Run:
         _log.debug("node %s published %s", node, signal)
 
     def work(self, node: _Node) -> None:
+        """A node's whole life on its worker thread: wait for its inputs, run it, settle it.
+
+        Every exception is recorded, none escapes: dependents must always wake.
+        """
         try:
-            result = self._execute(node)
-        except BaseException as exc:  # only an internal bug gets here; dependents must still wake
+            ready = self._start(node)
+            if isinstance(ready, NodeResult):
+                result = ready
+            else:
+                inputs, started = ready
+                try:
+                    value = node.fn(NodeContext(node.name, inputs, self))
+                    result = _settled(node.name, "ok", started, value=value)
+                except BaseException as exc:  # a worker thread has no caller: record it
+                    result = self._stopped(node, started, exc)
+        except BaseException as exc:  # only an internal bug gets here
             result = _settled(node.name, "failed", error=exc)
         self._finish(node, result)
 
-    def _execute(self, node: _Node) -> NodeResult:
+    def _start(self, node: _Node) -> NodeResult | tuple[dict[str, Any], float]:
+        """The node's inputs and start time, or its result when it must not run."""
         inputs = self._await_deps(node)
         if isinstance(inputs, NodeResult):
             return inputs
@@ -298,15 +312,14 @@ class _Run:
         with self._lock:
             self._started[node.name] = started
         _log.debug("node %s started", node.name)
-        try:
-            value = node.fn(NodeContext(node.name, inputs, self))
-        except Cancelled as exc:
+        return inputs, started
+
+    def _stopped(self, node: _Node, started: float, exc: BaseException) -> NodeResult:
+        if isinstance(exc, Cancelled):
             reason = self.cancel_reason() or str(exc) or "cancelled"
             return _settled(node.name, "cancelled", started, error=exc, reason=reason)
-        except BaseException as exc:  # a worker thread has no caller to raise to: record it
-            _log.info("node %s failed: %r", node.name, exc)
-            return _settled(node.name, "failed", started, error=exc)
-        return _settled(node.name, "ok", started, value=value)
+        _log.info("node %s failed: %r", node.name, exc)
+        return _settled(node.name, "failed", started, error=exc)
 
     def _await_deps(self, node: _Node) -> dict[str, Any] | NodeResult:
         futures = [(dep, self._future(dep)) for dep in node.deps]

@@ -265,36 +265,11 @@ def decode_prompts(
         stats.add_prompts(time.perf_counter_ns() - t0, decodes)
 
 
-def generation_loop(
-    ctx: Context,
-    states: Sequence[BranchState],
-    batch: Batch,
-    check_cancelled: Callable[[], None] | None = None,
-    packing: str = "batched",
-    stats: DecodeStats | None = None,
-) -> None:
-    """Generate until every branch stops; finished branches free their cells (seq_rm).
-
-    packing="batched": one llama_decode per step for all live branches, each sampling from
-    its own row (fastest). "per_branch": one decode per branch per step, which keeps every
-    matrix shape equal to a lone branch's, so logits are bit-identical to the baseline's
-    (with per-sequence KV streams; see handoff.ForkOptions).
-    """
-    live = [s for s in states if not s.done]
-    while live:
-        if check_cancelled is not None:
-            check_cancelled()
-        for group in [live] if packing == "batched" else [[s] for s in live]:
-            _step(ctx, group, batch, stats)
-        for state in live:
-            if state.done:
-                ctx.seq_rm(state.seq_id)
-        live = [s for s in live if not s.done]
-
-
-def _step(
+def decode_step(
     ctx: Context, group: Sequence[BranchState], batch: Batch, stats: DecodeStats | None
 ) -> None:
+    """One generation step: each branch in group decodes its last token in one llama_decode
+    and samples its next from its own row (stats get the step's split of times)."""
     t0 = time.perf_counter_ns()
     batch.clear()
     rows = [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in group]

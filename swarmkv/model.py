@@ -44,12 +44,24 @@ def _check_gguf_file(path: Path) -> None:
 
 
 class Model(Owned):
-    """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts."""
+    """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts.
 
-    def __init__(self, path: str | os.PathLike[str], *, n_gpu_layers: int | None = None) -> None:
+    repack=False loads the weights as stored (llama_model_params.use_extra_bufts = false)
+    instead of repacked for the CPU's row-block kernels; batch-invariant contexts need it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_gpu_layers: int | None = None,
+        repack: bool = True,
+    ) -> None:
         self.path = Path(path).expanduser().resolve()
         _check_gguf_file(self.path)
+        self.repack = repack
         params = lib.llama_model_default_params()
+        params.use_extra_bufts = repack
         if n_gpu_layers is not None:
             params.n_gpu_layers = int(n_gpu_layers)
         ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)

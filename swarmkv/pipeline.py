@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,8 +22,7 @@ from pathlib import Path
 
 from .budget import BranchNeed, plan_budget
 from .concurrency import ConcurrencyPolicy
-from .context import ContextConfig, FlashAttn
-from .dag import Dag
+from .context_config import ContextConfig, FlashAttn
 from .errors import ConfigError, DagError, PipelineError
 from .handoff import Handoff, Plan, make_handoff
 from .model import Model
@@ -34,6 +32,7 @@ from .nodes import BranchNode, PrefillNode
 from .pool import HostBufferPool
 from .results import BranchResult, NodeOutcome, PipelineResult, ms
 from .sampling import SamplerConfig, TokenCallback
+from .spec import PipelineSpec
 
 log = logging.getLogger("swarmkv.pipeline")
 
@@ -49,7 +48,12 @@ class RunOptions:
 
 
 class Pipeline:
-    """A document, branches that read it, and settings shared by every context."""
+    """A document, branches that read it, and settings shared by every context.
+
+    exact=True runs every context batch-invariant (ContextConfig.batch_invariant; a model
+    given by path is then loaded with repack=False): each branch's tokens and logits are then
+    bit-identical to what a context of its own computes, whatever the mode.
+    """
 
     def __init__(
         self,
@@ -64,13 +68,18 @@ class Pipeline:
         type_v: str = "f16",
         policy: ConcurrencyPolicy | None = None,
         fork: ForkOptions | None = None,
+        exact: bool = False,
     ) -> None:
         self.fork = fork or ForkOptions()
         self.fork.validate()  # pure checks first: a bad option never loads a model
         self.policy = policy or ConcurrencyPolicy()
         self._own_model = not isinstance(model, Model)
         self._pool: HostBufferPool | None = None
-        self.model = model if isinstance(model, Model) else Model(model or default_model_path())
+        self.model = (
+            model
+            if isinstance(model, Model)
+            else Model(model or default_model_path(), repack=not exact)
+        )
         self.n_ctx = n_ctx
         self.base = ContextConfig(
             n_ctx=n_ctx or min(4096, self.model.n_ctx_train),  # the real size comes from the budget
@@ -80,6 +89,7 @@ class Pipeline:
             flash_attn=flash_attn,
             type_k=type_k,
             type_v=type_v,
+            batch_invariant=exact,
         )
         try:
             self.base.validate(self.model)
@@ -142,24 +152,9 @@ class Pipeline:
         return self
 
     # -- validation -------------------------------------------------------------------------
-    def _ordered_branches(self) -> list[BranchNode]:
-        """Branches in topological order; names, cycles and templates checked (pure Python)."""
-        if self.doc is None:
-            raise ConfigError("pipeline has no document: call prefill() first")
-        if not self.branches:
-            raise ConfigError("pipeline has no branches: call branch() at least once")
-        shape = Dag()
-        shape.add(self.doc.name, lambda n: None)
-        for b in self.branches.values():
-            shape.add(b.name, lambda n: None, after=b.after or (self.doc.name,))
-            for ph in b.placeholders():
-                if ph not in b.after or ph not in self.branches:
-                    raise ConfigError(
-                        f"branch {b.name!r}: prompt uses {{{ph}}}; it must name "
-                        "an upstream branch listed in after="
-                    )
-        order = shape.order()  # validates: unknown names, self-edges, cycles
-        return [self.branches[n] for n in order if n in self.branches]
+    def spec(self, mode: str = "fork") -> PipelineSpec:
+        """The document and branches as a PipelineSpec (validated by run() before anything)."""
+        return PipelineSpec(self.doc, tuple(self.branches.values()), mode)
 
     def _plan(
         self,
@@ -169,8 +164,8 @@ class Pipeline:
         progress: Callable[[int, int], None] | None,
     ) -> Plan:
         """Validate, tokenize and size everything for one run; allocates only the pool."""
+        branches = self.spec(opts.mode).validate()
         handoff.check(self.model, self.base)
-        branches = self._ordered_branches()
         assert self.doc is not None
         doc_tokens = self.doc.tokenize(self.model)
         n_pred = {b.name: b.n_predict for b in branches}
@@ -239,7 +234,7 @@ class Pipeline:
             dres = handoff.build(plan).run(timeout_s=timeout_s, cancel=cancel)
         finally:  # Dag.run has joined every node thread, on every path: now free
             handoff.close()
-            plan.release_snapshots()
+            plan.ledger.release_snapshots()
         outcomes, branches = handoff.collect(plan, dres)
         result = _result(plan, opts, outcomes, branches, time.perf_counter_ns())
         log.info(
@@ -280,18 +275,18 @@ def _result(
     branches: dict[str, BranchResult],
     t_end: int,
 ) -> PipelineResult:
-    prefill = statistics.median(plan.prefill_ns) if plan.prefill_ns else 0
+    prefill = plan.ledger.prefill_median_ns()
     ends = [b.end_ms for b in branches.values()]
     return PipelineResult(
         mode=opts.mode,
         model=plan.model.path.name,
         prefix_tokens=len(plan.doc_tokens),
         n_ctx=plan.n_ctx,
-        prefill_ms=ms(int(prefill)),
-        snapshot_bytes=plan.snapshot_bytes,
+        prefill_ms=ms(prefill),
+        snapshot_bytes=plan.ledger.snapshot_bytes,
         e2e_ms=max(ends) if ends else ms(t_end - plan.t0_ns),
         branches=branches,
         outcomes=outcomes,
-        kv_bytes=plan.kv_bytes,
+        kv_bytes=plan.ledger.kv_bytes,
         decode_stats=plan.stats.to_ms(),
     )

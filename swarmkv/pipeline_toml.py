@@ -9,6 +9,7 @@
     n_predict = 64              # defaults for every branch that does not set its own
     temperature = 0.0
     seed = 0
+    exact = false               # batch-invariant decoding (see ContextConfig.batch_invariant)
 
     [document]
     name = "doc"                # optional, default "doc"
@@ -42,11 +43,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .budget import GGML_MAX_N_THREADS
-from .dag import Dag
-from .errors import ConfigError, DagError
+from .errors import ConfigError
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
 from .sampling import SamplerConfig
+from .spec import DEFAULT_MODE, PipelineSpec
 
 if TYPE_CHECKING:
     from .model import Model
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BranchSpec",
     "DocumentSpec",
-    "PipelineSpec",
+    "PipelineFile",
     "Settings",
     "build_pipeline",
     "check_spec",
@@ -63,7 +64,6 @@ __all__ = [
     "parse_pipeline_spec",
 ]
 
-DEFAULT_MODE = "fork"
 DEFAULT_N_PREDICT = 64
 
 
@@ -80,6 +80,7 @@ class Settings:
     n_predict: int | None = None
     temperature: float | None = None
     seed: int | None = None
+    exact: bool | None = None
 
     def merged(self, over: Settings) -> Settings:
         """These settings with every value `over` gives replacing ours."""
@@ -124,8 +125,8 @@ class BranchSpec:
 
 
 @dataclass(frozen=True)
-class PipelineSpec:
-    """A whole pipeline: the document, its branches, the settings and the TOML file read."""
+class PipelineFile:
+    """A pipeline as a TOML file gives it: the document, branches, settings, the file read."""
 
     document: DocumentSpec
     branches: tuple[BranchSpec, ...]
@@ -137,7 +138,7 @@ class PipelineSpec:
         """The handoff mode: settings.mode, else the default (fork)."""
         return self.settings.mode or DEFAULT_MODE
 
-    def with_settings(self, over: Settings) -> PipelineSpec:
+    def with_settings(self, over: Settings) -> PipelineFile:
         """A copy whose settings take every value `over` gives."""
         return replace(self, settings=self.settings.merged(over))
 
@@ -156,6 +157,25 @@ class PipelineSpec:
             "stop": b.stop,
             "required_prefix_tokens": b.required_prefix_tokens,
         }
+
+    def pipeline_spec(self) -> PipelineSpec:
+        """The document and branches as the nodes Pipeline.run validates and runs."""
+        nodes = []
+        for b in self.branches:
+            kw = self.branch_kwargs(b)
+            sampler = SamplerConfig(kw["temperature"], b.top_k, b.top_p, b.min_p, kw["seed"])
+            nodes.append(
+                BranchNode(
+                    b.name,
+                    b.prompt,
+                    b.after,
+                    kw["n_predict"],
+                    sampler,
+                    b.stop,
+                    b.required_prefix_tokens,
+                )
+            )
+        return PipelineSpec(self.document.node(), tuple(nodes), self.mode, self.source)
 
 
 def _first(*values: Any) -> Any:
@@ -180,6 +200,7 @@ _Kind = tuple[Callable[[object], bool], str]
 _STR: _Kind = (lambda v: isinstance(v, str), "a string")
 _INT: _Kind = (_is_int, "an integer")
 _FLOAT: _Kind = (_is_float, "a number")
+_BOOL: _Kind = (lambda v: isinstance(v, bool), "true or false")
 _STRS: _Kind = (_is_str_list, "a list of strings")
 _STR_OR_STRS: _Kind = (lambda v: isinstance(v, str) or _is_str_list(v), "a string or strings")
 
@@ -192,6 +213,7 @@ _SETTINGS_KEYS: dict[str, _Kind] = {
     "n_predict": _INT,
     "temperature": _FLOAT,
     "seed": _INT,
+    "exact": _BOOL,
 }
 _DOCUMENT_KEYS: dict[str, _Kind] = {"name": _STR, "path": _STR, "text": _STR}
 _BRANCH_KEYS: dict[str, _Kind] = {
@@ -304,14 +326,14 @@ def _branches(data: Mapping[str, Any], label: str) -> tuple[BranchSpec, ...]:
 # -- loading and validation -----------------------------------------------------------------
 def parse_pipeline_spec(
     data: Mapping[str, Any], base_dir: str | Path = ".", source: Path | None = None
-) -> PipelineSpec:
+) -> PipelineFile:
     """A spec from already-parsed TOML; relative paths are taken from base_dir."""
     label = f"{source}: " if source is not None else ""
     for key in data:
         if key not in _TOP_KEYS:
             raise _unknown(f"{label}top level", key, _TOP_KEYS)
     base = Path(base_dir)
-    spec = PipelineSpec(
+    spec = PipelineFile(
         document=_document(data, base, label),
         branches=_branches(data, label),
         settings=_settings(data, base, label),
@@ -321,7 +343,7 @@ def parse_pipeline_spec(
     return spec
 
 
-def load_pipeline_spec(path: str | Path) -> PipelineSpec:
+def load_pipeline_spec(path: str | Path) -> PipelineFile:
     """Read and fully validate a pipeline TOML file; loads no model, does no native work."""
     p = Path(path).expanduser()
     try:
@@ -335,48 +357,25 @@ def load_pipeline_spec(path: str | Path) -> PipelineSpec:
     return parse_pipeline_spec(data, p.resolve().parent, source=p)
 
 
-def check_spec(spec: PipelineSpec) -> None:
+def check_spec(spec: PipelineFile) -> None:
     """Everything Pipeline.run would reject before decoding, checked without a model.
 
-    Run again after merging command-line settings: they can change n_predict or the mode.
+    The file's own settings are checked here, the document and branches by the same
+    PipelineSpec.validate() that Pipeline.run calls. Run again after merging command-line
+    settings: they can change n_predict or the mode.
     """
-    label = f"{spec.source}: " if spec.source is not None else ""
-    if spec.mode not in MODES:
-        raise ConfigError(f"{label}unknown mode {spec.mode!r}; choose one of {', '.join(MODES)}")
     threads = spec.settings.threads
     if threads is not None and threads > GGML_MAX_N_THREADS:
+        label = f"{spec.source}: " if spec.source is not None else ""
         raise ConfigError(
             f"{label}threads must be at most {GGML_MAX_N_THREADS} (ggml's limit), got {threads}"
         )
-    doc = spec.document.node()
-    shape = Dag()
-    shape.add(doc.name, lambda n: None)
-    names = [b.name for b in spec.branches]
-    for b in spec.branches:
-        if b.name == doc.name or names.count(b.name) > 1:
-            raise ConfigError(f"{label}duplicate node name {b.name!r}")
-        kw = spec.branch_kwargs(b)
-        sampler = SamplerConfig(kw["temperature"], b.top_k, b.top_p, b.min_p, kw["seed"])
-        node = BranchNode(
-            b.name, b.prompt, b.after, kw["n_predict"], sampler, b.stop, b.required_prefix_tokens
-        )
-        node.validate()
-        for ph in node.placeholders():
-            if ph not in b.after or ph not in names:
-                raise ConfigError(
-                    f"{label}branch {b.name!r}: prompt uses {{{ph}}}; it must "
-                    "name an upstream branch listed in after"
-                )
-        shape.add(b.name, lambda n: None, after=b.after or (doc.name,))
-    try:
-        shape.order()  # unknown names in after, self-edges and cycles, as the Pipeline checks
-    except DagError as exc:
-        raise ConfigError(f"{label}{exc}") from exc
+    spec.pipeline_spec().validate()
 
 
 # -- building -------------------------------------------------------------------------------
 def build_pipeline(
-    spec: PipelineSpec, model_path_override: Model | str | Path | None = None
+    spec: PipelineFile, model_path_override: Model | str | Path | None = None
 ) -> Pipeline:
     """A Pipeline with the spec's document and branches; this loads the model.
 
@@ -390,7 +389,7 @@ def build_pipeline(
     model = model_path_override if model_path_override is not None else s.model
     # n_batch only when given, so Pipeline's own default applies otherwise
     batch: dict[str, Any] = {"n_batch": s.n_batch} if s.n_batch is not None else {}
-    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, **batch)
+    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, exact=bool(s.exact), **batch)
     try:
         pipe.prefill(spec.document.name, text=spec.document.node().text)
         for b in spec.branches:

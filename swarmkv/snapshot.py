@@ -188,7 +188,7 @@ def capture(
     t0 = time.perf_counter_ns()
     if flags is None:
         flags = ctx.exact_state_flags
-    held = ctx.seq_pos_max(seq_id) + 1
+    held = ctx.seq_len(seq_id)
     if held != len(tokens):
         raise SnapshotMismatchError(
             f"seq {seq_id} holds {held} positions but the snapshot names {len(tokens)} tokens"
@@ -218,7 +218,7 @@ def restore(ctx: Context, seq_id: int, snap: KVSnapshot) -> float:
     t0 = time.perf_counter_ns()
     ctx.seq_rm(seq_id)
     ctx.state_seq_set(seq_id, snap.data, snap.flags)
-    held = ctx.seq_pos_max(seq_id) + 1
+    held = ctx.seq_len(seq_id)
     if held != snap.n_tokens:
         raise SnapshotMismatchError(
             f"restored seq {seq_id} holds {held} positions, snapshot has {snap.n_tokens} tokens"

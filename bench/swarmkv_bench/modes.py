@@ -5,10 +5,12 @@
 | streams     | fork: one KV stream per sequence (seq_cp copies the prefix)       |
 | per_branch  | fork: one decode per branch per step (the baseline's shapes)       |
 | exact       | fork: streams + per_branch (bit-identical to the baseline)         |
+| inv         | batch-invariant kernels (Pipeline(exact=True), `swarmkv run --exact`) |
 | fa_off      | flash attention off (default: auto, i.e. on for the CPU)           |
 | swa_window  | swa_full=False: window-sized SWA cache (smaller, not exact)        |
 
-A variant's fidelity reference is the baseline with the same swa_window/fa_off variants.
+A variant's fidelity reference is the baseline with the same swa_window/fa_off/inv variants;
+a mode with "inv" (or "exact") is judged strictly: any difference is a failure.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from swarmkv.errors import ConfigError
 from swarmkv.modes import MODES, ForkOptions
 
-VARIANTS = ("streams", "per_branch", "exact", "fa_off", "swa_window")
+VARIANTS = ("streams", "per_branch", "exact", "inv", "fa_off", "swa_window")
 # llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"
 # at its own default (window-sized SWA cache).
 PEERS = ("server-np1", "server-npN", "server-np1+swa_window", "server-npN+swa_window")
@@ -33,11 +35,17 @@ class ModeSpec:
     fork: ForkOptions
     flash_attn: str
     swa_full: bool | None
+    batch_invariant: bool = False
+
+    @property
+    def claims_exact(self) -> bool:
+        """Whether any difference from the reference is a failure (host, inv, exact)."""
+        return self.batch_invariant or self.mode == "host" or "+exact" in self.name
 
     @property
     def reference(self) -> str:
         """The baseline mode name this mode's fidelity is judged against."""
-        shared = [v for v in ("fa_off", "swa_window") if f"+{v}" in self.name]
+        shared = [v for v in ("inv", "fa_off", "swa_window") if f"+{v}" in self.name]
         return "+".join(["baseline", *shared])
 
 
@@ -63,6 +71,7 @@ def parse_mode(name: str) -> ModeSpec:
         fork=fork,
         flash_attn="off" if "fa_off" in variants else "auto",
         swa_full=False if "swa_window" in variants else None,
+        batch_invariant="inv" in variants,
     )
 
 

@@ -142,28 +142,12 @@ def peer_fidelity(
             ok = False
             notes.append(f"{name}: no baseline")
             continue
-        fid = compare(run.tokens, base)
+        fid = compare(run.tokens, base)  # no step logits from a server: ids only
         ok = ok and fid.tokens_equal
-        notes.append(
-            f"{name}: {_describe_tokens(run.tokens, base, fid.n_compared, fid.diverged_at)}"
-        )
+        notes.append(f"{name}: {fid.describe()}")
     if baseline_tokens is None and ok is None:
         return FidelityCheck(None, "not checked: no baseline")
     return FidelityCheck(ok, "; ".join(notes))
-
-
-def _describe_tokens(
-    tokens: Sequence[int], base: Sequence[int], n: int, diverged_at: int | None
-) -> str:
-    if diverged_at is None:
-        return f"{n} tokens equal"
-    got = tokens[diverged_at] if diverged_at < len(tokens) else "end"
-    want = base[diverged_at] if diverged_at < len(base) else "end"
-    # No step logits from the server, so no near-tie test: every divergence counts.
-    return (
-        f"diverged at step {diverged_at} of {n} (server {got}, baseline {want}; "
-        "token ids only, counted as a mismatch)"
-    )
 
 
 # server `timings` key -> extra key (suffixed _b{i}): what each request really evaluated

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from swarmkv.fidelity import Fidelity, compare
+from swarmkv.fidelity import compare
 
 log = logging.getLogger("swarmkv.bench")
 
@@ -166,9 +166,14 @@ def check_fidelity(
     tokens: Mapping[str, Sequence[int]],
     baseline: ResultLike | None,
     logits: Mapping[str, Sequence[np.ndarray]] | None = None,
+    *,
+    exact: bool = False,
+    replay: Mapping[str, Sequence[int]] | None = None,
 ) -> FidelityCheck:
-    """Compare token ids branch by branch; a divergence passes only as a proven near-tie.
+    """Compare token ids branch by branch with swarmkv.fidelity.compare's judge.
 
+    exact=True: any difference fails. Otherwise a divergence passes only as a near-tie proven
+    by replay (each branch's tokens decoded alone with the baseline's shapes: a host run).
     Also serves peer (llama-server) runs: pass whatever tokens they returned.
     """
     if baseline is None:
@@ -184,12 +189,20 @@ def check_fidelity(
             continue
         base_logits = tuple(getattr(base, "step_logits", ()) or ())
         mine = tuple(logits.get(name, ())) if logits else ()
-        fid = compare(tokens[name], base.tokens, mine or None, base_logits or None)
+        again = replay.get(name) if replay is not None else None
+        fid = compare(
+            tokens[name],
+            base.tokens,
+            mine or None,
+            base_logits or None,
+            replay_tokens=again,
+            exact=exact,
+        )
         ok = ok and fid.ok
         ties += int(not fid.tokens_equal and fid.near_tie)
         if fid.first_nmse is not None and math.isfinite(fid.first_nmse):
             nmses.append(fid.first_nmse)
-        notes.append(f"{name}: {_describe(fid)}")
+        notes.append(f"{name}: {fid.describe()}")
     return FidelityCheck(ok, "; ".join(notes), ties, max(nmses) if nmses else None)
 
 
@@ -207,14 +220,18 @@ def from_pipeline_result(
     doc_tokens: int | None = None,
     branch_order: Sequence[str] | None = None,
     extra: Mapping[str, float] | None = None,
+    exact: bool = False,
+    replay: ResultLike | None = None,
 ) -> TrialRecord:
     """Build the record of one run; fidelity is checked against `baseline` when given.
 
     Branch order defaults to the baseline's (so index i means the same branch in every mode),
-    else the result's own. Pass `baseline=None` for the reference run itself.
+    else the result's own. Pass `baseline=None` for the reference run itself. exact=True:
+    any difference fails; replay: a run decoding each branch alone with the baseline's
+    shapes (host mode), the proof a divergence needs to count as a near-tie.
     """
     order = list(branch_order or (baseline.branches if baseline is not None else result.branches))
-    fid = _fidelity_of(result, baseline)
+    fid = _fidelity_of(result, baseline, exact, replay)
     more = dict(extra or {})
     if fid.near_ties:
         more["fidelity_near_ties"] = float(fid.near_ties)
@@ -257,30 +274,17 @@ def _branch_fields(got: Sequence[BranchLike | None]) -> dict[str, Any]:
     }
 
 
-def _describe(fid: Fidelity) -> str:
-    # Not Fidelity.describe(): it formats first_nmse / margin with :.3g, which raises when no
-    # logits were kept (None), and the bench must record every trial, logits or not.
-    nmse = f", first-step NMSE {fid.first_nmse:.3g}" if fid.first_nmse is not None else ""
-    if fid.tokens_equal:
-        return f"{fid.n_compared} tokens equal{nmse}"
-    head = f"diverged at step {fid.diverged_at} of {fid.n_compared}{nmse}"
-    if fid.margin is None or fid.max_abs_diff is None:
-        return f"{head}: {fid.note or 'no step logits'}; counted as a mismatch"
-    verdict = "near-tie" if fid.near_tie else "NOT a near-tie: bug"
-    return (
-        f"{head}: baseline top-2 margin {fid.margin:.4g} vs max |logit diff| "
-        f"{fid.max_abs_diff:.4g} ({verdict})"
-    )
-
-
-def _fidelity_of(result: ResultLike, baseline: ResultLike | None) -> FidelityCheck:
+def _fidelity_of(
+    result: ResultLike, baseline: ResultLike | None, exact: bool, replay: ResultLike | None
+) -> FidelityCheck:
     if baseline is None or baseline is result:
         return FidelityCheck(None, "reference run" if baseline is result else "not checked")
     if not result.branches and baseline.branches:
         return FidelityCheck(False, "no branch produced output")
     tokens = {n: b.tokens for n, b in result.branches.items()}
     logits = {n: tuple(getattr(b, "step_logits", ()) or ()) for n, b in result.branches.items()}
-    return check_fidelity(tokens, baseline, logits)
+    again = {n: b.tokens for n, b in replay.branches.items()} if replay is not None else None
+    return check_fidelity(tokens, baseline, logits, exact=exact, replay=again)
 
 
 def _num(branch: BranchLike | None, attr: str) -> float:

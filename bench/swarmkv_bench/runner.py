@@ -3,15 +3,16 @@ process after warm-up, fidelity checked on every trial, peers when built (measur
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from swarmkv import LLAMA_CPP_COMMIT, info
-from swarmkv.context import default_threads
+from swarmkv.context_config import default_threads
 from swarmkv.errors import SwarmKVError
 from swarmkv.interrupt import Interrupted
 from swarmkv.model import Model
@@ -70,12 +71,18 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
     """
     specs, peers = split_modes(list(opts.modes))
     run = BenchRun(opts)
-    with Model(opts.model_path) as model:
+    # batch-invariant modes need the weights as stored (Model(repack=False)): a second model
+    with Model(opts.model_path) as model, _flat_model(opts, specs) as flat:
         run.setup = _setup(opts, model)
         for cfg in opts.configs:
             doc = document(model, cfg.doc_tokens, opts.doc_path)
             prompts = prompts_for(cfg.n_branches, opts.paper)
-            pipes = {s.name: _pipeline(opts, model, s, doc, prompts, cfg) for s in specs}
+            pipes = {
+                s.name: _pipeline(
+                    opts, (flat or model) if s.batch_invariant else model, s, doc, prompts, cfg
+                )
+                for s in specs
+            }
             try:
                 for trial in range(-opts.warmup, opts.trials):
                     base = _trial(run, cfg, trial, specs, pipes, progress)
@@ -84,6 +91,15 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
                 for p in pipes.values():
                     p.close()
     return run
+
+
+@contextlib.contextmanager
+def _flat_model(opts: BenchOptions, specs: list[ModeSpec]) -> Iterator[Model | None]:
+    if not any(s.batch_invariant for s in specs):
+        yield None
+        return
+    with Model(opts.model_path, repack=False) as flat:
+        yield flat
 
 
 def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
@@ -125,6 +141,7 @@ def _pipeline(
         swa_full=spec.swa_full,
         flash_attn=spec.flash_attn,  # type: ignore[arg-type]
         fork=spec.fork,
+        exact=spec.batch_invariant,
     )
     p.prefill("doc", text=doc)
     for i, prompt in enumerate(prompts):
@@ -163,8 +180,11 @@ def _trial(
             _note(run, f"{cfg.config_id} {spec.name} trial {trial} failed: {exc}")
             continue
         ref = done.get(spec.reference) if spec.name != spec.reference else None
+        replay = done.get("host")  # each branch alone with the baseline's shapes, if run
         rec = from_pipeline_result(
             res,
+            exact=spec.claims_exact,
+            replay=replay if replay is not res else None,
             config_id=cfg.config_id,
             trial=trial,
             n_predict=cfg.n_predict,
@@ -176,8 +196,7 @@ def _trial(
             extra={**res.decode_stats, **_waits(res)},
         )
         run.records.append(dataclasses.replace(rec, mode=spec.name))
-        if spec.mode == "baseline":
-            done[spec.name] = res
+        done[spec.name] = res
     base = done.get("baseline")
     return {n: list(b.tokens) for n, b in base.branches.items()} if base else {}
 

@@ -47,6 +47,7 @@ struct llama_model_params {
     int32_t n_gpu_layers;
     bool vocab_only;
     bool check_tensors;
+    bool use_extra_bufts;
     ...;
 };
 
@@ -116,6 +117,7 @@ uint32_t llama_n_batch(const struct llama_context * ctx);
 uint32_t llama_n_ubatch(const struct llama_context * ctx);
 uint32_t llama_n_seq_max(const struct llama_context * ctx);
 void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
+bool llama_set_batch_invariant(struct llama_context * ctx, bool batch_invariant);  /* ours: vendor/patches/0003 */
 void llama_synchronize(struct llama_context * ctx);
 
 /* vocab and tokenizer */

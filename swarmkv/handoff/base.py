@@ -20,14 +20,15 @@ from typing import Any
 
 from ..batch import Batch
 from ..concurrency import ConcurrencyPolicy
-from ..context import Context, ContextConfig
+from ..context import Context
+from ..context_config import ContextConfig
 from ..dag import Dag, DagResult, Dep, NodeContext
 from ..decoding import (
     BranchState,
     DecodeStats,
     chunk_bounds,
     decode_prompts,
-    generation_loop,
+    decode_step,
     new_state,
 )
 from ..model import Model
@@ -35,7 +36,7 @@ from ..modes import ForkOptions
 from ..nodes import BranchNode, PrefillNode
 from ..pool import HostBufferPool
 from ..results import BranchResult, NodeOutcome, ms
-from ..snapshot import KVSnapshot
+from .ledger import RunLedger
 
 
 class Handoff:
@@ -91,18 +92,7 @@ class Plan:
     stats: DecodeStats = field(default_factory=DecodeStats)
     keep_logits: bool | str = False
     progress: Callable[[int, int], None] | None = None
-    prefill_ns: list[int] = field(default_factory=list)
-    snapshot_bytes: int = 0
-    kv_bytes: int | None = None
-    ready_ns: dict[int, int] = field(default_factory=dict)  # prefix length -> when available
-    share_ns: dict[int, int] = field(default_factory=dict)  # fork: seq_cp time per branch
-    snapshots: list[KVSnapshot] = field(default_factory=list)  # host: released after the run
-
-    def release_snapshots(self) -> None:
-        """Release every snapshot the run captured and forget them."""
-        for snap in self.snapshots:
-            snap.release()
-        self.snapshots.clear()
+    ledger: RunLedger = field(default_factory=RunLedger)  # written by the node threads
 
     def prefix_len(self, b: BranchNode) -> int:
         """How many document tokens branch b reads: its required_prefix_tokens or all."""
@@ -192,7 +182,22 @@ def prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
 
 
 def run_branch(plan: Plan, ctx: Context, states: list[BranchState], nctx: NodeContext) -> None:
-    """Decode the branches' prompts, then generate until each stops (cancellable)."""
+    """Decode the branches' prompts, then generate until each stops; finished branches free
+    their cells (seq_rm). Cancellation is checked between decodes, never inside one.
+
+    packing="batched": one llama_decode per step for all live branches, each sampling from
+    its own row (fastest). "per_branch": one decode per branch per step, which keeps every
+    matrix shape equal to a lone branch's (see modes.ForkOptions).
+    """
+    packing = plan.fork.packing
     with Batch(max(plan.base.n_batch, len(states)), 1) as batch:
-        decode_prompts(ctx, states, batch, plan.fork.packing, plan.stats, nctx.check_cancelled)
-        generation_loop(ctx, states, batch, nctx.check_cancelled, plan.fork.packing, plan.stats)
+        decode_prompts(ctx, states, batch, packing, plan.stats, nctx.check_cancelled)
+        live = [s for s in states if not s.done]
+        while live:
+            nctx.check_cancelled()
+            for group in [live] if packing == "batched" else [[s] for s in live]:
+                decode_step(ctx, group, batch, plan.stats)
+            for state in live:
+                if state.done:
+                    ctx.seq_rm(state.seq_id)
+            live = [s for s in live if not s.done]

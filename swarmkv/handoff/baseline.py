@@ -30,7 +30,7 @@ class BaselineHandoff(Handoff):
 
 
 def _baseline_doc(plan: Plan) -> list[int]:
-    plan.ready_ns[len(plan.doc_tokens)] = time.perf_counter_ns()
+    plan.ledger.prefix_ready(len(plan.doc_tokens))
     return plan.doc_tokens
 
 
@@ -44,7 +44,7 @@ def _baseline_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResu
             t = time.perf_counter_ns()
             _prefill(ctx, plan.doc_tokens, 0, bounds, batch, lambda _hi: nctx.check_cancelled())
             prefill_ns = time.perf_counter_ns() - t
-            plan.prefill_ns.append(prefill_ns)
+            plan.ledger.prefill_done(prefill_ns)
             st = plan.state(b, 0, nctx.inputs)
             t_dec = time.perf_counter_ns()
             run_branch(plan, ctx, [st], nctx)

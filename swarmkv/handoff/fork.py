@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..batch import Batch
-from ..context import Context, ContextConfig
+from ..context import Context
+from ..context_config import ContextConfig
 from ..dag import Dag, DagResult, NodeContext, NodeResult
 from ..decoding import BranchState
 from ..decoding import prefill_chunks as _prefill
@@ -147,7 +148,7 @@ def _fork_prefill(
     with Batch(plan.base.n_batch) as batch:
         t = time.perf_counter_ns()
         _prefill(ctx, plan.doc_tokens, 0, plan.bounds(), batch, on_chunk)
-        plan.prefill_ns.append(time.perf_counter_ns() - t)
+        plan.ledger.prefill_done(time.perf_counter_ns() - t)
     _share_prefix(plan, ctx, by_cut.get(full, []), full)
     return full
 
@@ -160,8 +161,7 @@ def _share_prefix(plan: Plan, ctx: Context, seqs: list[int], w: int) -> None:
             ctx.seq_cp(0, s)
         else:
             ctx.seq_cp(0, s, 0, w)
-    plan.ready_ns[w] = time.perf_counter_ns()
-    plan.share_ns[w] = (plan.ready_ns[w] - t) // max(len(seqs), 1)
+    plan.ledger.prefix_ready(w, share_ns=(time.perf_counter_ns() - t) // max(len(seqs), 1))
 
 
 def _fork_wave(
@@ -194,11 +194,11 @@ def _fork_wave(
         try:
             w = plan.prefix_len(b)
             out[b.name] = result_of(
-                plan, b, st, plan.ready_ns[w], t_dec, restore_ms=ms(plan.share_ns.get(w, 0))
+                plan, b, st, plan.ledger.ready_ns(w), t_dec, restore_ms=ms(plan.ledger.share_ns(w))
             )
         except Exception as exc:
             out[b.name] = exc
-    plan.kv_bytes = max(plan.kv_bytes or 0, _cells_bytes(plan, [st for _, st in live]))
+    plan.ledger.kv_cells_bytes(_cells_bytes(plan, [st for _, st in live]))
     return {**prior, **out}
 
 

@@ -39,25 +39,24 @@ def _host_prefill(plan: Plan, nctx: NodeContext) -> KVSnapshot:
             plan.progress(hi, full)
         if hi in cuts:  # a watermark: publish exactly the first hi tokens, keep decoding
             snap = capture(ctx, 0, plan.pool, tuple(toks[:hi]))
-            plan.snapshots.append(snap)
-            plan.ready_ns[hi] = time.perf_counter_ns()
+            plan.ledger.keep_snapshot(snap)
+            plan.ledger.prefix_ready(hi)
             nctx.publish(f"prefix:{hi}", snap)
         nctx.check_cancelled()
 
     with plan.context(round_ctx(full + DEFAULT_HEADROOM)) as ctx, Batch(plan.base.n_batch) as b:
         t = time.perf_counter_ns()
         _prefill(ctx, toks, 0, plan.bounds(), b, on_chunk)
-        plan.prefill_ns.append(time.perf_counter_ns() - t)
+        plan.ledger.prefill_done(time.perf_counter_ns() - t)
         snap = capture(ctx, 0, plan.pool, tuple(toks))
-        plan.snapshots.append(snap)
-    plan.snapshot_bytes = snap.nbytes
-    plan.ready_ns[full] = time.perf_counter_ns()
+        plan.ledger.keep_snapshot(snap, full=True)
+    plan.ledger.prefix_ready(full)
     return snap
 
 
 def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
     snap: KVSnapshot = prefix_input(plan, b, nctx.inputs)
-    available = plan.ready_ns[snap.n_tokens]
+    available = plan.ledger.ready_ns(snap.n_tokens)
     with plan.policy.context_slot():
         nctx.check_cancelled()  # the run may have stopped while this branch waited
         # like the baseline's: a branch may start once its input AND a context slot exist;

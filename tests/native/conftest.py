@@ -75,7 +75,7 @@ def prefill_tokens(
     when logits_last, else -1.
     """
     if pos0 is None:
-        pos0 = ctx.seq_pos_max(seq_id) + 1
+        pos0 = ctx.seq_len(seq_id)
     row = -1
     with swarmkv.Batch(ctx.n_batch, ctx.n_seq_max) as batch:
         for start in range(0, len(tokens), ctx.n_batch):

@@ -165,7 +165,7 @@ def test_partial_seq_cp_across_kv_streams_raises_instead_of_aborting(
             batch.add_sequence(range(100, 110), 0, 0)
             ctx.decode(batch)
         try:
-            ctx.seq_cp(0, 1, 5, -1)
+            ctx.seq_cp(0, 1, 5)
         except swarmkv.ConfigError:
             print("raised ConfigError")
         else:
@@ -220,7 +220,7 @@ def test_decode_more_than_n_batch_tokens(ctx2: Context) -> None:
         batch.add_sequence(range(100, 165), 0, 0)
         with pytest.raises(BatchError, match="exceeds n_batch=64"):
             ctx2.decode(batch)
-    assert ctx2.seq_pos_max(0) == -1
+    assert ctx2.seq_pos_max(0) is None
 
 
 def test_decode_empty_batch(ctx2: Context) -> None:
@@ -334,7 +334,7 @@ def test_raw_state_of_another_model_does_not_crash(
     try:
         consumed = ctx2.state_seq_set(0, foreign)
     except SwarmKVError:
-        assert ctx2.seq_pos_max(0) == -1
+        assert ctx2.seq_pos_max(0) is None
     else:
         assert consumed == len(foreign)
         assert ctx2.seq_pos_max(0) == 4

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from swarmkv import Batch, Context, ContextConfig, Model, Sampler
+from swarmkv import Batch, BatchError, Context, ContextConfig, Model, Sampler
 
 Prefill = Callable[..., int]
 
@@ -78,14 +78,14 @@ def test_seq_cp_rm_add_clear_and_positions(
     with Context(
         tiny_model, n_ctx=512, n_batch=64, n_threads=1, n_seq_max=2, kv_unified=kv_unified
     ) as ctx:
-        assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (-1, -1)
+        assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0), ctx.seq_len(0)) == (None, None, 0)
         prefill(ctx, tokens, seq_id=0)
-        assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (0, 9)
+        assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0), ctx.seq_len(0)) == (0, 9, 10)
 
         ctx.seq_cp(0, 1)
         assert (ctx.seq_pos_min(1), ctx.seq_pos_max(1)) == (0, 9)
 
-        ctx.seq_rm(1, 5, -1)
+        ctx.seq_rm(1, 5)
         assert (ctx.seq_pos_min(1), ctx.seq_pos_max(1)) == (0, 4)
         assert ctx.seq_pos_max(0) == 9
 
@@ -93,17 +93,17 @@ def test_seq_cp_rm_add_clear_and_positions(
         assert (ctx.seq_pos_min(1), ctx.seq_pos_max(1)) == (2, 4)
 
         ctx.memory_clear()
-        assert ctx.seq_pos_max(0) == ctx.seq_pos_max(1) == -1
+        assert ctx.seq_pos_max(0) is None and ctx.seq_pos_max(1) is None
 
         # (in a unified cache a shift moves cells shared with a copy too: so none are shared)
         prefill(ctx, tokens[:3], seq_id=0)
         prefill(ctx, tokens[:4], seq_id=1)
-        ctx.seq_add(0, 0, -1, 3)
+        ctx.seq_add(0, 0, None, 3)
         assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (3, 5)
         assert (ctx.seq_pos_min(1), ctx.seq_pos_max(1)) == (0, 3)
 
-        ctx.seq_rm(-1)  # every sequence
-        assert ctx.seq_pos_max(0) == ctx.seq_pos_max(1) == -1
+        ctx.seq_rm(None)  # every sequence
+        assert ctx.seq_pos_max(0) is None and ctx.seq_pos_max(1) is None
 
 
 def test_seq_keep_and_partial_seq_cp_in_a_unified_cache(
@@ -120,7 +120,7 @@ def test_seq_keep_and_partial_seq_cp_in_a_unified_cache(
         assert (ctx.seq_pos_min(1), ctx.seq_pos_max(1)) == (2, 4)
         ctx.seq_cp(0, 2)
         ctx.seq_keep(2)
-        assert ctx.seq_pos_max(0) == ctx.seq_pos_max(1) == -1
+        assert ctx.seq_pos_max(0) is None and ctx.seq_pos_max(1) is None
         assert (ctx.seq_pos_min(2), ctx.seq_pos_max(2)) == (0, 5)
 
 
@@ -184,3 +184,15 @@ def test_perf_counts_a_decode_whose_logits_were_not_read(
 def test_n_batch_is_clamped_to_n_ctx_like_llama_cpp(tiny_model: Model) -> None:
     with Context(tiny_model, n_ctx=256, n_batch=512, n_threads=1) as ctx:
         assert ctx.n_batch == 256
+
+
+def test_position_ranges_are_checked_before_the_native_call(tiny_model: Model) -> None:
+    # None is the open end; llama.cpp's -1 sentinel is not accepted, so a computed negative
+    # bound (an off-by-one in a user's script) is an error instead of "everything".
+    with Context(tiny_model, n_ctx=512, n_batch=64, n_threads=1, n_seq_max=2) as ctx:
+        with pytest.raises(BatchError, match="p0 must be >= 0"):
+            ctx.seq_rm(0, -1)
+        with pytest.raises(BatchError, match="p1 must be >= 0"):
+            ctx.seq_add(0, 0, -3, 1)
+        with pytest.raises(BatchError, match="empty position range"):
+            ctx.seq_cp(0, 1, 5, 2)

@@ -231,7 +231,7 @@ def test_restore_refuses_a_snapshot_longer_than_the_context(
     with Context(tiny_model, n_ctx=256, n_batch=64, n_threads=1) as small:
         with pytest.raises(SnapshotMismatchError, match=r"exceeds the 256 cells .*n_ctx=256"):
             swarmkv.restore(small, 0, too_long)
-        assert small.seq_pos_max(0) == -1
+        assert small.seq_pos_max(0) is None
 
 
 def test_restore_checks_one_sequences_cells_not_the_whole_context(
@@ -256,7 +256,7 @@ def test_restore_into_a_context_with_another_kv_stream_count(
     with Context(tiny_model, n_ctx=768, n_batch=64, n_threads=1, **config) as other:
         with pytest.raises(SnapshotMismatchError, match="consumed 0 of"):
             swarmkv.restore(other, 0, snap)
-        assert other.seq_pos_max(0) == -1
+        assert other.seq_pos_max(0) is None
 
 
 def test_restore_detects_a_token_count_that_disagrees_with_the_bytes(

@@ -355,7 +355,7 @@ def test_record_npn_activation_from_trial_start_and_mismatch_reported() -> None:
     assert rec.branch_prefill_ms == ()
     assert rec.e2e_ms == pytest.approx(420.0)
     assert rec.fidelity_ok is False
-    assert "b2: diverged at step 1 of 2 (server 9, baseline 4;" in rec.fidelity_detail
+    assert "b2: diverged at step 1 of 2 (got 9, baseline 4)" in rec.fidelity_detail
 
 
 def test_record_withheld_ids_and_failed_request() -> None:

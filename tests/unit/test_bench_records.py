@@ -95,11 +95,19 @@ def test_a_near_tie_divergence_passes_and_is_counted() -> None:
     mine[1][7] = 5.02  # moved by 0.03 > margin: a near-tie
     base = FakeResult("baseline", {"a": FakeBranch((1, 4, 3), step_logits=base_logits)})
     fork = FakeResult("fork", {"a": FakeBranch((1, 7, 3), step_logits=mine)})
-    r = from_pipeline_result(fork, config_id="c", trial=1, n_predict=3, baseline=base)
+    host = FakeResult("host", {"a": FakeBranch((1, 4, 3))})  # the replay reproduces the base
+    r = from_pipeline_result(fork, config_id="c", trial=1, n_predict=3, baseline=base, replay=host)
     assert r.fidelity_ok is True
     assert r.extra["fidelity_near_ties"] == 1.0
-    assert "near-tie" in r.fidelity_detail
+    assert "near-tie" in r.fidelity_detail and "replay matches" in r.fidelity_detail
     assert r.extra["first_nmse_max"] == 0.0
+    # the same divergence without a replay, or in a mode that claims exactness, fails
+    r = from_pipeline_result(fork, config_id="c", trial=1, n_predict=3, baseline=base)
+    assert r.fidelity_ok is False and "no replay" in r.fidelity_detail
+    r = from_pipeline_result(
+        fork, config_id="c", trial=1, n_predict=3, baseline=base, replay=host, exact=True
+    )
+    assert r.fidelity_ok is False and "exact mode: failure" in r.fidelity_detail
 
 
 def test_a_missing_branch_keeps_indices_and_fails_fidelity() -> None:
@@ -144,4 +152,4 @@ def test_fidelity_describe_without_logits() -> None:
     from swarmkv.fidelity import compare
 
     assert "n/a" in compare([1, 2], [1, 2]).describe()
-    assert "NOT a near-tie" in compare([1, 3], [1, 2]).describe()
+    assert "counted as a mismatch" in compare([1, 3], [1, 2]).describe()

@@ -19,7 +19,7 @@ from swarmkv.errors import ConfigError
 from swarmkv.pipeline_toml import (
     BranchSpec,
     DocumentSpec,
-    PipelineSpec,
+    PipelineFile,
     Settings,
     check_spec,
     load_pipeline_spec,
@@ -392,7 +392,7 @@ def test_no_branches_and_not_toml(tmp_path: Path) -> None:
 
 
 def test_overrides_are_checked_again() -> None:
-    spec = PipelineSpec(DocumentSpec(text="Doc."), (BranchSpec("b1", " Q"),))
+    spec = PipelineFile(DocumentSpec(text="Doc."), (BranchSpec("b1", " Q"),))
     check_spec(spec)
     with pytest.raises(ConfigError, match="temperature must be >= 0"):
         check_spec(spec.with_settings(Settings(temperature=-1.0)))

@@ -10,6 +10,8 @@ PURE = [
     "swarmkv",
     "swarmkv.cli",
     "swarmkv.dag",
+    "swarmkv.spec",
+    "swarmkv.context_config",
     "swarmkv.budget",
     "swarmkv.modes",
     "swarmkv.sampling",
@@ -34,6 +36,7 @@ def test_pure_modules_do_not_load_the_native_binding() -> None:
         "import sys\n"
         + "".join(f"import {m}\n" for m in PURE)
         + "import swarmkv.cli as c; c.build_parser()\n"
+        + "from swarmkv import ContextConfig; ContextConfig(n_ctx=64).effective_n_batch\n"
         + "print(sorted(m for m in sys.modules if m.startswith('swarmkv._native')))"
     )
     assert run(code) == "[]"

@@ -1,0 +1,92 @@
+"""RunLedger: what a run's node threads record as they go, behind one lock.
+
+The prefill node and every branch node (each on its own worker thread) report timings,
+snapshot sizes and the snapshots to release into the ledger; Pipeline.run reads it after
+the DAG has joined them all. Every read and write holds the lock, so no thread sees a
+half-updated dict and no append is lost.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..snapshot import KVSnapshot
+
+
+class RunLedger:
+    """Timings, byte counts and captured snapshots of one run; safe from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._prefill_ns: list[int] = []
+        self._ready_ns: dict[int, int] = {}  # prefix length -> when branches could read it
+        self._share_ns: dict[int, int] = {}  # fork: seq_cp time per branch, per prefix length
+        self._snapshots: list[KVSnapshot] = []
+        self._snapshot_bytes = 0
+        self._kv_bytes: int | None = None
+
+    # -- writers (node threads) -----------------------------------------------------------
+    def prefill_done(self, elapsed_ns: int) -> None:
+        """Record one document prefill's duration (one per context that prefilled it)."""
+        with self._lock:
+            self._prefill_ns.append(elapsed_ns)
+
+    def prefix_ready(self, n_tokens: int, share_ns: int | None = None) -> int:
+        """Mark the first n_tokens as readable now (and, for fork, the per-branch share cost)."""
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._ready_ns[n_tokens] = now
+            if share_ns is not None:
+                self._share_ns[n_tokens] = share_ns
+        return now
+
+    def keep_snapshot(self, snap: KVSnapshot, full: bool = False) -> None:
+        """Hold snap until release_snapshots(); full=True: its size is the run's snapshot size."""
+        with self._lock:
+            self._snapshots.append(snap)
+            if full:
+                self._snapshot_bytes = snap.nbytes
+
+    def kv_cells_bytes(self, nbytes: int) -> None:
+        """Report a KV footprint; the run keeps the largest reported."""
+        with self._lock:
+            self._kv_bytes = max(self._kv_bytes or 0, nbytes)
+
+    # -- readers --------------------------------------------------------------------------
+    def ready_ns(self, n_tokens: int) -> int:
+        """When the first n_tokens became readable (prefix_ready must have been called)."""
+        with self._lock:
+            return self._ready_ns[n_tokens]
+
+    def share_ns(self, n_tokens: int) -> int:
+        """Fork: the seq_cp time per branch at that prefix length, 0 when not recorded."""
+        with self._lock:
+            return self._share_ns.get(n_tokens, 0)
+
+    def prefill_median_ns(self) -> int:
+        """Median prefill duration, 0 when no prefill finished."""
+        with self._lock:
+            return int(statistics.median(self._prefill_ns)) if self._prefill_ns else 0
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """Bytes of the full document's snapshot (host mode), else 0."""
+        with self._lock:
+            return self._snapshot_bytes
+
+    @property
+    def kv_bytes(self) -> int | None:
+        """The largest KV footprint reported, None when no mode reported one."""
+        with self._lock:
+            return self._kv_bytes
+
+    def release_snapshots(self) -> None:
+        """Release every snapshot kept and forget them (after every node thread has ended)."""
+        with self._lock:
+            snaps, self._snapshots = self._snapshots, []
+        for snap in snaps:
+            snap.release()

@@ -1,0 +1,133 @@
+"""Batch-invariant decoding on the real model (ContextConfig.batch_invariant, patch 0003).
+
+With it on, a row's logits must be bit-identical whatever shares its ubatch, however the
+input was cut into ubatches and wherever its KV cells sit; and the batched unified fork must
+give the baseline's tokens and logits exactly, on documents shorter and longer than the
+512-token sliding window. Without it the same comparisons differ (checked too, so the tests
+can fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+
+import swarmkv as sk
+from swarmkv.pipeline import Pipeline
+
+from model_helpers import document
+
+N_BRANCHES = 32
+N_STEPS = 32
+
+
+@pytest.fixture(scope="module")
+def exact_model() -> Iterator[sk.Model]:
+    with sk.Model(sk.default_model_path(), repack=False) as m:
+        yield m
+
+
+def _last_logits(
+    model: sk.Model, tokens: Sequence[int], chunks: Sequence[int], n_ubatch: int, exact: bool
+) -> np.ndarray:
+    """Decode tokens in the given chunks (ubatches of n_ubatch); the last row's logits."""
+    assert sum(chunks) == len(tokens)
+    with (
+        sk.Context(
+            model, n_ctx=1024, n_batch=512, n_ubatch=n_ubatch, n_threads=2, batch_invariant=exact
+        ) as ctx,
+        sk.Batch(512) as batch,
+    ):
+        pos = 0
+        for c in chunks:
+            batch.clear()
+            for i in range(pos, pos + c):
+                batch.add(tokens[i], i, (0,), i == len(tokens) - 1)
+            ctx.decode(batch)
+            pos += c
+        return ctx.logits(-1).copy()
+
+
+SPLITS = [([300], 1), ([300], 2), ([300], 7), ([300], 32), ([300], 64), ([256, 44], 512),
+          ([299, 1], 512), ([100, 100, 100], 512), ([1] * 20 + [280], 512)]  # fmt: skip
+
+
+def test_logits_do_not_depend_on_ubatch_size_or_prompt_split(exact_model: sk.Model) -> None:
+    tokens = exact_model.tokenize(document(exact_model, 300), add_special=True)[:300]
+    ref = _last_logits(exact_model, tokens, [300], 512, exact=True)
+    for chunks, n_ubatch in SPLITS:
+        got = _last_logits(exact_model, tokens, chunks, n_ubatch, exact=True)
+        assert np.array_equal(got, ref), f"chunks {chunks[:3]}.. ubatch {n_ubatch}"
+
+
+def test_without_the_mode_the_same_splits_differ(model: sk.Model) -> None:
+    # The default kernels (repacked weights, tiled and llamafile matmuls, split flash
+    # attention) are what the mode replaces: they must really depend on the split here.
+    tokens = model.tokenize(document(model, 300), add_special=True)[:300]
+    ref = _last_logits(model, tokens, [300], 512, exact=False)
+    diffs = [
+        float(np.abs(_last_logits(model, tokens, c, u, exact=False) - ref).max())
+        for c, u in SPLITS[:4]
+    ]
+    assert max(diffs) > 0.0, diffs
+
+
+def test_cells_interleaved_among_31_branches_give_the_same_logits(exact_model: sk.Model) -> None:
+    """One branch alone (contiguous cells) vs the same branch stepping with 31 others."""
+    doc = exact_model.tokenize(document(exact_model, 200), add_special=True)
+    prompts = [exact_model.tokenize(f" Question {i}: what is it?", add_special=False) for i in
+               range(N_BRANCHES)]  # fmt: skip
+    cfg = dict(n_batch=512, n_threads=2, batch_invariant=True, kv_unified=True)
+
+    def run(seqs: list[int]) -> list[np.ndarray]:
+        out = []
+        with (
+            sk.Context(exact_model, n_ctx=2048, n_seq_max=N_BRANCHES, **cfg) as ctx,
+            sk.Batch(512, 1) as batch,
+        ):
+            batch.add_sequence(doc, 0, 0)
+            ctx.decode(batch)
+            for s in seqs:
+                if s:
+                    ctx.seq_cp(0, s, 0, len(doc))
+            batch.clear()  # every branch's prompt in one batch: their cells interleave
+            last = {}
+            for s in seqs:
+                for k, t in enumerate(prompts[s]):
+                    last[s] = batch.add(t, len(doc) + k, (s,), k == len(prompts[s]) - 1)
+            ctx.decode(batch)
+            out.append(ctx.logits(last[seqs[-1]]).copy())
+            for step in range(3):  # then one-token steps, all branches together
+                batch.clear()
+                rows = {s: batch.add(7 + step, len(doc) + len(prompts[s]) + step, (s,), True)
+                        for s in seqs}  # fmt: skip
+                ctx.decode(batch)
+                out.append(ctx.logits(rows[seqs[-1]]).copy())
+        return out
+
+    target = N_BRANCHES - 1
+    alone = run([0] if target == 0 else [target])
+    crowded = run(list(range(N_BRANCHES)))
+    for k, (a, b) in enumerate(zip(alone, crowded, strict=True)):
+        assert np.array_equal(a, b), f"step {k}: max |diff| {np.abs(a - b).max()}"
+
+
+@pytest.mark.parametrize("n_doc", [300, 700], ids=["inside-window", "past-window"])
+def test_fork_of_32_equals_the_baseline_bit_for_bit(exact_model: sk.Model, n_doc: int) -> None:
+    doc = document(exact_model, n_doc)
+    runs = {}
+    for mode in ("fork", "baseline"):
+        with Pipeline(exact_model, exact=True, n_threads=2) as p:
+            p.prefill("doc", text=doc)
+            for i in range(N_BRANCHES):
+                p.branch(f"b{i}", prompt=f"\n\nQuestion {i}: what comes next?", n_predict=N_STEPS)
+            runs[mode] = p.run(mode=mode, keep_logits="all")
+    fork, base = runs["fork"], runs["baseline"]
+    for name, b in base.branches.items():
+        f = fork[name]
+        assert f.tokens == b.tokens, name
+        assert len(f.step_logits) == len(b.step_logits) == len(b.tokens)
+        for k, (x, y) in enumerate(zip(f.step_logits, b.step_logits, strict=True)):
+            assert np.array_equal(x, y), f"{name} step {k}"

@@ -1,0 +1,59 @@
+"""Batch-invariant contexts on the tiny model: settings checked before the native call, and a
+row's logits independent of the ubatch size and of how the input was split."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import swarmkv as sk
+from swarmkv.errors import ConfigError
+
+TOKENS = [1] + [100 + (7 * i) % 150 for i in range(95)]
+
+
+@pytest.fixture(scope="module")
+def flat_model(tiny_model_path: Path) -> Iterator[sk.Model]:
+    with sk.Model(tiny_model_path, repack=False) as m:
+        yield m
+
+
+def test_repacked_weights_are_refused_before_a_context_exists(tiny_model: sk.Model) -> None:
+    assert tiny_model.repack
+    with pytest.raises(ConfigError, match=r"repack=False"):
+        sk.Context(tiny_model, n_ctx=256, batch_invariant=True)
+
+
+def test_flash_attention_off_is_refused(flat_model: sk.Model) -> None:
+    with pytest.raises(ConfigError, match="needs flash attention"):
+        sk.Context(flat_model, n_ctx=256, batch_invariant=True, flash_attn="off")
+
+
+def _logits(model: sk.Model, chunks: Sequence[int], n_ubatch: int) -> np.ndarray:
+    with (
+        sk.Context(
+            model, n_ctx=256, n_batch=128, n_ubatch=n_ubatch, n_threads=2, batch_invariant=True
+        ) as ctx,
+        sk.Batch(128) as batch,
+    ):
+        pos = 0
+        for c in chunks:
+            batch.add_sequence(TOKENS[pos : pos + c], pos, 0)
+            ctx.decode(batch)
+            batch.clear()
+            pos += c
+        return ctx.logits(-1).copy()
+
+
+@pytest.mark.parametrize(
+    ("chunks", "n_ubatch"),
+    [([96], 1), ([96], 2), ([96], 7), ([96], 32), ([96], 64), ([50, 46], 128), ([95, 1], 128)],
+)
+def test_logits_independent_of_ubatch_and_split(
+    flat_model: sk.Model, chunks: list[int], n_ubatch: int
+) -> None:
+    ref = _logits(flat_model, [96], 128)
+    assert np.array_equal(_logits(flat_model, chunks, n_ubatch), ref)
