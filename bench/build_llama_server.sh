@@ -8,7 +8,8 @@
 # the BoringSSL/LibreSSL/llguidance fetches are all switched off, so the server embeds no UI.
 #
 # Environment: JOBS (default: nproc), SWARMKV_CUDA=ON to build the CUDA backend (as the
-# SwarmKV wheel does with the same variable). The last line printed is the binary's path.
+# SwarmKV wheel does with the same variable), TARGET=llama-completion to build llama.cpp's
+# completion tool instead (bench/agree_llama_tool.py). The last line printed is the binary.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,9 +53,10 @@ cmake -S "$SRC" -B "$BUILD" "${generator[@]}" \
     -DLLAMA_USE_PREBUILT_UI=OFF \
     -DGGML_CUDA="${SWARMKV_CUDA:-OFF}"
 
-cmake --build "$BUILD" --config Release --target llama-server -j"$JOBS"
+TARGET="${TARGET:-llama-server}"
+cmake --build "$BUILD" --config Release --target "$TARGET" -j"$JOBS"
 
-BIN="$BUILD/bin/llama-server"
+BIN="$BUILD/bin/$TARGET"
 if [[ ! -x "$BIN" ]]; then
     echo "build_llama_server.sh: expected $BIN after the build, not found" >&2
     exit 1

@@ -128,10 +128,11 @@ def _add_run(subs: Any) -> None:
     )
     run.add_argument(
         "--exact",
-        action="store_const",
-        const=True,
-        help="batch-invariant decoding: every branch's tokens and logits bit-identical to "
-        "a context of its own (slower steps; see the README)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="batch-invariant decoding, the default: every branch's tokens and logits are "
+        "bit-identical to a context of its own; --no-exact uses llama.cpp's fastest kernels "
+        "(see the README for both costs)",
     )
     _common(run)
     run.set_defaults(func=_cmd_run)

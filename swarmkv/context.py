@@ -84,7 +84,7 @@ class Context(Owned):
             self.close()
             raise ConfigError(
                 "batch_invariant=True: a backend of this context has no batch-invariant mode "
-                "(it exists for the CPU backend only; use n_gpu_layers=0 and no BLAS)"
+                "(it exists for the CPU backend only): pass exact=False / batch_invariant=False"
             )
         model._contexts.add(self)
         self._mem = lib.llama_get_memory(ptr)

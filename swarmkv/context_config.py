@@ -133,8 +133,9 @@ class ContextConfig:
             raise ConfigError("batch_invariant=True needs flash attention: flash_attn='off' given")
         if model.repack:
             raise ConfigError(
-                f"batch_invariant=True needs weights without repacking: load {model.path.name} "
-                "with Model(path, repack=False) (Pipeline(exact=True) does this itself)"
+                f"batch_invariant=True needs weights without repacking: {model.path.name} was "
+                "loaded with Model(path, repack=True); load it without repack=True, or pass "
+                "exact=False (Pipeline) / batch_invariant=False"
             )
 
     @property

@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from .results import PipelineResult
 
 
-def _demo_run(model: Model, mode: str, threads: int | None, exact: bool) -> PipelineResult:
+def _demo_run(model: Model, mode: str, threads: int | None) -> PipelineResult:
     from .demo_doc import DEMO_DOCUMENT, DEMO_N_PREDICT, DEMO_QUESTIONS, DEMO_STOP, demo_prompt
     from .pipeline import Pipeline
 
     with (
-        Pipeline(model, n_threads=threads, exact=exact) as pipe,
+        Pipeline(model, n_threads=threads) as pipe,  # batch-invariant: exact=True default
         PrefillBar(sys.stderr.isatty()) as bar,
     ):
         pipe.prefill("report", text=DEMO_DOCUMENT)
@@ -87,8 +87,8 @@ def format_demo(fork: PipelineResult, baseline: PipelineResult, summary: dict[st
         out.append(f"{result.mode:<10}{num(result.prefill_ms):>12}{num(result.e2e_ms):>12}\n")
     out.append(f"\nspeedup (baseline e2e / fork e2e): {summary['speedup']:.2f}x\n")
     out.append(
-        "fidelity of fork against the baseline (token ids; a divergence passes only at a "
-        "near-tie, where the top-2 logit gap is below the batching noise):\n"
+        "fidelity of fork against the baseline (both batch-invariant: every token and every "
+        "step's logits must be identical):\n"
     )
     out.extend(f"  {n}: {text}\n" for n, text in summary["fidelity"].items())
     return "".join(out)
@@ -102,14 +102,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .model import Model
     from .models import default_model_path
 
-    exact = True  # batch-invariant, so the fork's answers equal the baseline's bit for bit
     path = Path(args.model).expanduser() if args.model else default_model_path()
-    with Model(path, repack=not exact) as model:
+    with Model(path) as model:
         # fork first: whatever a cold start costs (page faults on the weights) counts
         # against SwarmKV, not against the baseline it is compared with
-        fork = _demo_run(model, "fork", args.threads, exact)
-        baseline = _demo_run(model, "baseline", args.threads, exact)
-    summary = demo_summary(fork, baseline, exact)
+        fork = _demo_run(model, "fork", args.threads)
+        baseline = _demo_run(model, "baseline", args.threads)
+    # both batch-invariant: the answers must agree bit for bit, any difference fails
+    summary = demo_summary(fork, baseline, exact=True)
     if args.json:
         write_json(
             {

@@ -46,8 +46,10 @@ def _check_gguf_file(path: Path) -> None:
 class Model(Owned):
     """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts.
 
-    repack=False loads the weights as stored (llama_model_params.use_extra_bufts = false)
-    instead of repacked for the CPU's row-block kernels; batch-invariant contexts need it.
+    The weights are used as stored (llama_model_params.use_extra_bufts = false), which
+    batch-invariant contexts need: the repacked row-block kernels sum a lone row and a block
+    of rows differently. repack=True repacks them for those kernels: a faster prefill for
+    contexts that are not batch-invariant (Pipeline(exact=False)).
     """
 
     def __init__(
@@ -55,7 +57,7 @@ class Model(Owned):
         path: str | os.PathLike[str],
         *,
         n_gpu_layers: int | None = None,
-        repack: bool = True,
+        repack: bool = False,
     ) -> None:
         self.path = Path(path).expanduser().resolve()
         _check_gguf_file(self.path)

@@ -20,8 +20,9 @@ class ForkOptions:
            "streams": one KV stream per sequence; seq_cp copies the prefix into each.
     packing "batched": all branches in one decode per step.
             "per_branch": one decode per branch per step.
-    streams + per_branch reproduces the baseline bit for bit; unified + batched is the
-    fastest and matches it except at near-ties (batched matmul shapes round differently).
+    With batch-invariant kernels (Pipeline(exact=True), the default) every combination
+    reproduces the baseline bit for bit, and unified + batched is the fastest. Without them
+    only streams + per_branch does; unified + batched then matches it except at near-ties.
     """
 
     layout: str = "unified"

@@ -9,7 +9,7 @@
     n_predict = 64              # defaults for every branch that does not set its own
     temperature = 0.0
     seed = 0
-    exact = false               # batch-invariant decoding (see ContextConfig.batch_invariant)
+    exact = true                # batch-invariant decoding (default; see Pipeline)
 
     [document]
     name = "doc"                # optional, default "doc"
@@ -389,7 +389,8 @@ def build_pipeline(
     model = model_path_override if model_path_override is not None else s.model
     # n_batch only when given, so Pipeline's own default applies otherwise
     batch: dict[str, Any] = {"n_batch": s.n_batch} if s.n_batch is not None else {}
-    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, exact=bool(s.exact), **batch)
+    exact = s.exact if s.exact is not None else True
+    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, exact=exact, **batch)
     try:
         pipe.prefill(spec.document.name, text=spec.document.node().text)
         for b in spec.branches:

@@ -28,8 +28,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--doc-tokens", default=str(PAPER_DOC_TOKENS), help="comma list of sizes")
     p.add_argument(
         "--modes",
-        default="baseline,host,fork",
-        help="comma list: baseline, host, fork, variants like fork+exact, "
+        default="baseline,host,fork,fork+inv",
+        help="comma list: baseline, host, fork (llama.cpp's fastest kernels), variants like "
+        "fork+inv (batch-invariant: what `swarmkv run` does by default), fork+exact, "
         "fork+streams, fork+per_branch, fork+fa_off, host+swa_window, and peers "
         "server-np1, server-npN (llama-server with --swa-full, like for like), "
         "server-np1+swa_window, server-npN+swa_window (its default)",

@@ -20,10 +20,22 @@ from dataclasses import dataclass
 from swarmkv.errors import ConfigError
 from swarmkv.modes import MODES, ForkOptions
 
+from .peer_server import SETUPS, Setup
+
 VARIANTS = ("streams", "per_branch", "exact", "inv", "fa_off", "swa_window")
 # llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"
-# at its own default (window-sized SWA cache).
-PEERS = ("server-np1", "server-npN", "server-np1+swa_window", "server-npN+swa_window")
+# at its own default (window-sized SWA cache): "server-" + a setup name + variant.
+PEER_PREFIX = "server-"
+PEERS = tuple(f"{PEER_PREFIX}{s}{v}" for v in ("", "+swa_window") for s in SETUPS)
+
+
+def peer_setup(name: str) -> tuple[Setup, bool]:
+    """(llama-server setup, swa_full) of a peer mode name such as "server-npN+swa_window"."""
+    if name not in PEERS:
+        raise ConfigError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    head, _, variant = name.removeprefix(PEER_PREFIX).partition("+")
+    setup = next(s for s in SETUPS if s == head)
+    return setup, variant != "swa_window"
 
 
 @dataclass(frozen=True)

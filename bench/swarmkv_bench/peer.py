@@ -61,14 +61,15 @@ from .peer_client import (
     run_sequential,
 )
 from .peer_server import (
-    _SETUPS,
     ENV_SERVER,
+    SETUPS,
     LlamaServer,
     PeerError,
     PeerRequestError,
     PeerServerError,
     ServerConfig,
     Setup,
+    Tokenizer,
     build_command,
     count_tokens,
     find_llama_server,
@@ -259,8 +260,8 @@ def run_peer_trial_at(
     The trial starts when the first request is released (np1) or all are (npN); whatever
     happened before, server start-up included, is outside e2e_ms.
     """
-    if setup not in _SETUPS:
-        raise ConfigError(f"setup must be one of {_SETUPS}, got {setup!r}")
+    if setup not in SETUPS:
+        raise ConfigError(f"setup must be one of {SETUPS}, got {setup!r}")
     if len(branch_names) != len(prompts) or not prompts:
         raise ConfigError("need one branch name per prompt, and at least one prompt")
     client = PeerClient(base_url, timeout_s)
@@ -302,15 +303,17 @@ def run_peer_trial(
     doc_tokens: int | None = None,
     timeout_s: float = 600.0,
     log_path: Path | None = None,
+    tokenizer: Tokenizer | None = None,
 ) -> TrialRecord:
     """Start a llama-server for `setup`, run one trial on it, stop it, return the record.
 
     Server start-up (model load, warm-up, until /health says 200) is excluded from e2e_ms and
     recorded as extra["server_start_ms"]. Without `n_ctx`, -c is sized with `size_n_ctx` from
-    token counts of SwarmKV's tokenizer; `doc_tokens` (document with BOS) likewise.
+    token counts of `tokenizer` (the swarmkv.Model the caller holds); `doc_tokens` (document
+    with BOS) likewise.
     """
     n_parallel = 1 if setup == "np1" else len(prompts)
-    n_ctx, doc_tokens = _sizes(Path(model_path), doc, prompts, n_predict, setup, n_ctx, doc_tokens)
+    n_ctx, doc_tokens = _sizes(tokenizer, doc, prompts, n_predict, setup, n_ctx, doc_tokens)
     config = ServerConfig(
         Path(model_path), n_ctx, n_parallel, threads, n_batch, setup == "npN", swa_full, flash_attn
     )
@@ -327,7 +330,7 @@ def run_peer_trial(
 
 
 def _sizes(
-    model_path: Path,
+    tokenizer: Tokenizer | None,
     doc: str,
     prompts: Sequence[str],
     n_predict: int,
@@ -338,7 +341,9 @@ def _sizes(
     """(n_ctx, doc_tokens): the given values, else sized from SwarmKV's token counts."""
     if n_ctx is not None and doc_tokens is not None:
         return n_ctx, doc_tokens
-    counts = count_tokens(model_path, (doc, *(doc + p for p in prompts)))
+    if tokenizer is None:
+        raise ConfigError("run_peer_trial: give n_ctx and doc_tokens, or a tokenizer to size them")
+    counts = count_tokens(tokenizer, (doc, *(doc + p for p in prompts)))
     n_parallel = 1 if setup == "np1" else len(prompts)
     if n_ctx is None:
         n_ctx = size_n_ctx(max(counts[1:]), n_predict, n_parallel, kv_unified=setup == "npN")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Literal
+from typing import IO, Literal, Protocol
 
 from swarmkv.budget import round_ctx
 from swarmkv.errors import ConfigError, SwarmKVError
@@ -25,13 +25,21 @@ from .sysinfo import proc_status_bytes
 
 log = logging.getLogger("swarmkv.bench.peer")
 
+# The llama-server setups, named once: np1 (one slot, branches in turn) and npN (one slot per
+# branch, one unified KV buffer). Bench mode names are these with "server-" before them.
 Setup = Literal["np1", "npN"]
+SETUPS: tuple[Setup, ...] = ("np1", "npN")
 ENV_SERVER = "SWARMKV_LLAMA_SERVER"
 SERVER_RELPATH = Path("build/llama-server/bin/llama-server")
 HOST = "127.0.0.1"  # the peer is a local benchmark subject: never listen beyond loopback
 CTX_MARGIN = 32  # tokens per slot beyond prompt + n_predict: the server stops at n_ctx - 1
 FLASH_ATTN = ("on", "off", "auto")
-_SETUPS = ("np1", "npN")
+
+
+class Tokenizer(Protocol):
+    """What count_tokens needs of a model: swarmkv.Model has it."""
+
+    def tokenize(self, text: str) -> list[int]: ...
 
 
 class PeerError(SwarmKVError):
@@ -164,13 +172,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@lru_cache(maxsize=16)
-def count_tokens(model_path: Path, texts: tuple[str, ...]) -> tuple[int, ...]:
-    """Token counts (with BOS) from SwarmKV's own tokenizer: the same vocab code as the server."""
-    from swarmkv.llama import Model  # lazy: only sizing without explicit n_ctx needs it
-
-    with Model(model_path) as model:
-        return tuple(len(model.tokenize(text)) for text in texts)
+def count_tokens(tokenizer: Tokenizer, texts: tuple[str, ...]) -> tuple[int, ...]:
+    """Token counts (with BOS) from SwarmKV's own tokenizer (the loaded Model the benchmark
+    already holds): the same vocab code as the server."""
+    return tuple(len(tokenizer.tokenize(text)) for text in texts)
 
 
 # ----------------------------------------------------------------------------- process

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from swarmkv import LLAMA_CPP_COMMIT, info
 from swarmkv.context_config import default_threads
@@ -19,7 +19,7 @@ from swarmkv.model import Model
 from swarmkv.pipeline import Pipeline
 from swarmkv.results import PipelineResult
 
-from .modes import ModeSpec, split_modes
+from .modes import ModeSpec, peer_setup, split_modes
 from .records import TrialRecord, from_pipeline_result
 from .sysinfo import PeakRSS
 from .workload import BenchConfig, document, prompts_for
@@ -29,7 +29,6 @@ log = logging.getLogger("swarmkv.bench")
 # Keeping every step's logits (4 bytes x 262k vocab) lets a divergence be judged as a
 # near-tie; past this many branch-steps only the first step is kept, to bound memory.
 ALL_LOGITS_LIMIT = 1200
-PEER_SETUPS: dict[str, Literal["np1", "npN"]] = {"server-np1": "np1", "server-npN": "npN"}
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,9 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
     """
     specs, peers = split_modes(list(opts.modes))
     run = BenchRun(opts)
-    # batch-invariant modes need the weights as stored (Model(repack=False)): a second model
-    with Model(opts.model_path) as model, _flat_model(opts, specs) as flat:
+    # the plain modes get llama.cpp's fastest kernels (repacked weights); batch-invariant
+    # modes need the weights as stored: a second model, loaded only when such a mode runs
+    with Model(opts.model_path, repack=True) as model, _flat_model(opts, specs) as flat:
         run.setup = _setup(opts, model)
         for cfg in opts.configs:
             doc = document(model, cfg.doc_tokens, opts.doc_path)
@@ -86,7 +86,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
             try:
                 for trial in range(-opts.warmup, opts.trials):
                     base = _trial(run, cfg, trial, specs, pipes, progress)
-                    _peer_trials(run, cfg, trial, peers, doc, prompts, base, progress)
+                    _peer_trials(run, cfg, trial, peers, (doc, prompts), base, model, progress)
             finally:
                 for p in pipes.values():
                     p.close()
@@ -98,7 +98,7 @@ def _flat_model(opts: BenchOptions, specs: list[ModeSpec]) -> Iterator[Model | N
     if not any(s.batch_invariant for s in specs):
         yield None
         return
-    with Model(opts.model_path, repack=False) as flat:
+    with Model(opts.model_path) as flat:
         yield flat
 
 
@@ -217,11 +217,12 @@ def _peer_trials(
     cfg: BenchConfig,
     trial: int,
     peers: list[str],
-    doc: str,
-    prompts: list[str],
+    work: tuple[str, list[str]],
     base: dict[str, list[int]],
+    model: Model,
     progress: Progress | None,
 ) -> None:
+    doc, prompts = work
     if not peers:
         return
     from . import peer
@@ -236,6 +237,7 @@ def _peer_trials(
     for name in peers:
         if progress:
             progress(f"{cfg.config_id} trial {trial} {name}")
+        setup, swa_full = peer_setup(name)  # swa_full like for like: it is our default
         rec = peer.run_peer_trial(
             binary,
             run.options.model_path,
@@ -243,8 +245,8 @@ def _peer_trials(
             prompts=prompts,
             n_predict=cfg.n_predict,
             threads=run.options.threads or default_threads(),
-            setup=PEER_SETUPS[name.split("+")[0]],
-            swa_full="+swa_window" not in name,  # like for like: our default is swa_full
+            setup=setup,
+            swa_full=swa_full,
             flash_attn="auto",
             n_batch=run.options.n_batch,
             config_id=cfg.config_id,
@@ -252,6 +254,7 @@ def _peer_trials(
             is_warmup=trial < 0,
             baseline_tokens=base or None,
             branch_names=[f"b{i + 1}" for i in range(cfg.n_branches)],
+            tokenizer=model,  # sizes -c from the model already loaded, not a second load
         )
         run.records.append(  # the record names its setup; ours add the +swa_window variant
             dataclasses.replace(

@@ -24,6 +24,20 @@ def model() -> Iterator[sk.Model]:
 
 
 @pytest.fixture(scope="session")
+def exact_model(model: sk.Model) -> sk.Model:
+    """The model for batch-invariant runs: weights as stored, which is the default."""
+    assert not model.repack
+    return model
+
+
+@pytest.fixture(scope="session")
+def repacked_model() -> Iterator[sk.Model]:
+    """The default model repacked: llama.cpp's fastest kernels (Pipeline(exact=False))."""
+    with sk.Model(sk.default_model_path(), repack=True) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
 def doc_short(model: sk.Model) -> str:
     """About 300 tokens: shorter than Gemma 3's 512-token sliding window."""
     return document(model, 300)

@@ -1,4 +1,5 @@
-"""Fidelity of every handoff mode against the baseline on the real model (measuring.md).
+"""Fidelity of every handoff mode against the baseline on the real model (measuring.md), with
+llama.cpp's own kernels (exact=False): the judge's rules for modes that are not batch-invariant.
 
 The document ends mid-sentence (it is cut by tokens) and one prompt starts without a space.
 Numbers are printed; run with -s to see them.
@@ -26,7 +27,7 @@ N_PREDICT = 32
 
 
 def _pipeline(model: sk.Model, doc: str, prompts: dict[str, str]) -> Pipeline:
-    p = Pipeline(model)
+    p = Pipeline(model, exact=False)
     p.prefill("doc", text=doc)
     for name, prompt in prompts.items():
         p.branch(name, prompt=prompt, n_predict=N_PREDICT)
@@ -80,7 +81,7 @@ def test_fork_streams_per_branch_is_bit_exact(model: sk.Model, doc_long: str) ->
     fork_opts = ForkOptions(layout="streams", packing="per_branch")
     with _pipeline(model, doc_long, PROMPTS) as p:
         base = p.run(mode="baseline", keep_logits="all")
-    with Pipeline(model, fork=fork_opts) as p:
+    with Pipeline(model, fork=fork_opts, exact=False) as p:
         p.prefill("doc", text=doc_long)
         for name, prompt in PROMPTS.items():
             p.branch(name, prompt=prompt, n_predict=N_PREDICT)
@@ -116,7 +117,7 @@ def test_watermark_branch_equals_baseline_of_its_prefix(model: sk.Model, doc_lon
     """A branch needing the first W tokens sees exactly those, starts before the prefill
     ends (host), and answers what a baseline that prefilled only W tokens answers."""
     w = 600
-    p = Pipeline(model)
+    p = Pipeline(model, exact=False)
     p.prefill("doc", text=doc_long)
     p.branch("early", prompt=PROMPTS["summary"], n_predict=16, required_prefix_tokens=w)
     p.branch("full", prompt=PROMPTS["question"], n_predict=16)
@@ -135,7 +136,7 @@ def test_watermark_branch_equals_baseline_of_its_prefix(model: sk.Model, doc_lon
 
 
 def test_fork_refuses_swa_window_on_gemma(model: sk.Model, doc_short: str) -> None:
-    with Pipeline(model, swa_full=False) as p:
+    with Pipeline(model, swa_full=False, exact=False) as p:
         p.prefill("doc", text=doc_short).branch("q", prompt=PROMPTS["question"], n_predict=4)
         with pytest.raises(sk.ConfigError, match="swa_full=True"):
             p.run(mode="fork")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 import swarmkv as sk
@@ -24,10 +25,16 @@ def _capture(ctx: sk.Context, tokens: list[int], pool: sk.HostBufferPool) -> sk.
 
 @pytest.mark.parametrize("n_doc", [700, 1500])
 def test_restore_matches_uninterrupted_context(model: sk.Model, n_doc: int) -> None:
+    """A restored sequence continues exactly like the one that decoded the document: in
+    another sequence of the same unified cache (its cells elsewhere) and in a fresh context.
+    Batch-invariant kernels: with llama.cpp's own, where the cells sit changes the sums, and
+    a near-tie flipped the 8th token of seq 1 here."""
     doc = model.tokenize(document(model, n_doc))
     suffix = model.tokenize(SUFFIX, add_special=False)
     with sk.HostBufferPool() as pool:
-        with sk.Context(model, n_ctx=4096, n_seq_max=2, kv_unified=True) as ctx:
+        with sk.Context(
+            model, n_ctx=4096, n_seq_max=2, kv_unified=True, batch_invariant=True
+        ) as ctx:
             snap = _capture(ctx, doc, pool)
             # (a) another sequence of the same context
             t = time.perf_counter()
@@ -36,7 +43,7 @@ def test_restore_matches_uninterrupted_context(model: sk.Model, n_doc: int) -> N
             ref_tokens, ref_logits = continue_greedy(ctx, 0, suffix, len(doc))
             seq1_tokens, seq1_logits = continue_greedy(ctx, 1, suffix, len(doc))
         # (b) a fresh context
-        with sk.Context(model, n_ctx=2048) as fresh:
+        with sk.Context(model, n_ctx=2048, batch_invariant=True) as fresh:
             restore_fresh_ms = sk.restore(fresh, 0, snap)
             fresh_tokens, fresh_logits = continue_greedy(fresh, 0, suffix, len(doc))
     print(
@@ -48,8 +55,8 @@ def test_restore_matches_uninterrupted_context(model: sk.Model, n_doc: int) -> N
     assert len(ref_tokens) == 32
     assert seq1_tokens == ref_tokens
     assert fresh_tokens == ref_tokens
-    assert nmse(seq1_logits[0], ref_logits[0]) <= NMSE_LIMIT
-    assert nmse(fresh_logits[0], ref_logits[0]) <= NMSE_LIMIT
+    for got in (seq1_logits, fresh_logits):  # every step, bit for bit
+        assert all(np.array_equal(g, r) for g, r in zip(got, ref_logits, strict=True))
 
 
 def _max_step_nmse(

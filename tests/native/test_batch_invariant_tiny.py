@@ -3,7 +3,7 @@ row's logits independent of the ubatch size and of how the input was split."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,20 +11,23 @@ import pytest
 
 import swarmkv as sk
 from swarmkv.errors import ConfigError
+from swarmkv.pipeline import Pipeline
 
 TOKENS = [1] + [100 + (7 * i) % 150 for i in range(95)]
 
 
 @pytest.fixture(scope="module")
-def flat_model(tiny_model_path: Path) -> Iterator[sk.Model]:
-    with sk.Model(tiny_model_path, repack=False) as m:
-        yield m
+def flat_model(tiny_model: sk.Model) -> sk.Model:
+    assert not tiny_model.repack  # the default: weights as stored
+    return tiny_model
 
 
-def test_repacked_weights_are_refused_before_a_context_exists(tiny_model: sk.Model) -> None:
-    assert tiny_model.repack
-    with pytest.raises(ConfigError, match=r"repack=False"):
-        sk.Context(tiny_model, n_ctx=256, batch_invariant=True)
+def test_repacked_weights_are_refused_before_a_context_exists(tiny_model_path: Path) -> None:
+    with sk.Model(tiny_model_path, repack=True) as repacked:
+        with pytest.raises(ConfigError, match=r"repack=True"):
+            sk.Context(repacked, n_ctx=256, batch_invariant=True)
+        with pytest.raises(ConfigError, match=r"repack=True"):
+            Pipeline(repacked)  # exact by default
 
 
 def test_flash_attention_off_is_refused(flat_model: sk.Model) -> None:
@@ -57,3 +60,21 @@ def test_logits_independent_of_ubatch_and_split(
 ) -> None:
     ref = _logits(flat_model, [96], 128)
     assert np.array_equal(_logits(flat_model, chunks, n_ubatch), ref)
+
+
+def test_fork_of_32_equals_the_baseline_bit_for_bit(flat_model: sk.Model) -> None:
+    """32 branches batched in one unified context (their cells interleaved) against 32
+    contexts of their own: tokens and every step's logits identical for 32 steps."""
+    runs = {}
+    for mode in ("fork", "baseline"):
+        with Pipeline(flat_model, n_threads=2) as p:  # exact=True is the default
+            p.prefill("doc", text="one two three four five six seven eight nine ten " * 4)
+            for i in range(32):
+                p.branch(f"b{i}", prompt=f" {i} and then", n_predict=32)
+            runs[mode] = p.run(mode=mode, keep_logits="all")
+    fork, base = runs["fork"], runs["baseline"]
+    for name, b in base.branches.items():
+        assert fork[name].tokens == b.tokens, name
+        assert len(b.step_logits) == len(b.tokens) > 0
+        for k, (x, y) in enumerate(zip(fork[name].step_logits, b.step_logits, strict=True)):
+            assert np.array_equal(x, y), f"{name} step {k}"

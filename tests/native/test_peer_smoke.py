@@ -60,6 +60,7 @@ def test_np1_trial_on_the_tiny_model(
         SERVER, tiny_model_path, doc=DOC, prompts=PROMPTS, n_predict=N_PREDICT, threads=THREADS,
         setup="np1", swa_full=False, flash_attn="auto", n_batch=N_BATCH, config_id="smoke",
         trial=0, is_warmup=False, baseline_tokens=baseline, branch_names=NAMES, timeout_s=120,
+        tokenizer=tiny_model,
     )  # fmt: skip
     log.info("peer record: %s", rec.to_dict())
     assert rec.mode == "server-np1" and rec.branch_names == tuple(NAMES)

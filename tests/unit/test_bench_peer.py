@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from swarmkv.errors import ConfigError
 from swarmkv_bench import peer
 from swarmkv_bench.peer import (
     BranchRun,
@@ -538,3 +539,22 @@ def test_run_peer_trial_with_fake_binary(fake_binary: Path) -> None:
 
 if __name__ == "__main__":
     _fake_binary_main(sys.argv[1:])
+
+
+def test_peer_names_are_parsed_from_one_list() -> None:
+    from swarmkv_bench.modes import PEERS, peer_setup
+
+    assert PEERS == ("server-np1", "server-npN", "server-np1+swa_window", "server-npN+swa_window")
+    assert peer_setup("server-npN") == ("npN", True)
+    assert peer_setup("server-np1+swa_window") == ("np1", False)
+    with pytest.raises(ConfigError, match="unknown peer"):
+        peer_setup("server-np2")
+
+
+def test_sizing_without_a_tokenizer_is_a_clear_error(fake_binary: Path) -> None:
+    with pytest.raises(ConfigError, match="or a tokenizer"):
+        run_peer_trial(
+            fake_binary, Path("/m/model.gguf"), doc=DOC, prompts=PROMPTS[:2], n_predict=3,
+            threads=1, setup="npN", swa_full=True, flash_attn="off", n_batch=64, config_id="c",
+            trial=1, is_warmup=False, baseline_tokens=None, branch_names=NAMES[:2],
+        )  # fmt: skip

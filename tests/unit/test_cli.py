@@ -92,9 +92,24 @@ def test_run_defaults() -> None:
     assert args.doc == "d.txt" and args.branch == ["Q1", "Q2"]
     assert args.pipeline is None
     # None means "not given": a TOML file's [settings] (or the library default) applies
-    for key in ("mode", "n_predict", "model", "ctx_size", "threads", "seed", "temp"):
+    for key in ("mode", "n_predict", "model", "ctx_size", "threads", "seed", "temp", "exact"):
         assert getattr(args, key) is None, key
     assert args.json is False and args.verbose is False
+
+
+def test_exact_flag_and_setting_layer(tmp_path: Path) -> None:
+    """--exact/--no-exact override [settings] exact; neither given keeps the file's value."""
+    path = write(tmp_path, '[settings]\nexact = false\n[document]\ntext = "D."\n'
+                 '[[branch]]\nname = "q"\nprompt = " Q"\n')  # fmt: skip
+    assert load_pipeline_spec(path).settings.exact is False
+    for flags, want in (([], False), (["--exact"], True), (["--no-exact"], False)):
+        spec = spec_from_args(parse_args(["run", str(path), *flags]))
+        assert spec.settings.exact is want, flags
+    assert "'exact' must be true or false" in error_of(
+        tmp_path,
+        '[settings]\nexact = "yes"\n[document]\ntext = "D."\n'
+        '[[branch]]\nname = "q"\nprompt = " Q"\n',
+    )
 
 
 def test_run_flags_long_and_short() -> None:

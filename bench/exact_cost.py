@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""What batch-invariant decoding costs: fork with llama.cpp's fastest kernels (exact=False, repacked
+weights), the batch-invariant fork (the default), and the exact fork of the first design
+(per-sequence streams, one decode per branch), at 2 and 32 branches.
+
+One warm-up, then --trials measured trials of each; prints median [min-max] of e2e, prefill
+and generation ms per decode, and writes every trial as JSON (-o). Run on an idle machine.
+
+    python bench/exact_cost.py --doc vendor/llama.cpp/SECURITY.md -o results/exact-cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import swarmkv as sk
+from swarmkv.modes import ForkOptions
+from swarmkv.pipeline import Pipeline
+from swarmkv_bench.workload import document
+
+STREAMS = ForkOptions(layout="streams", packing="per_branch")
+VARIANTS: dict[str, tuple[bool, ForkOptions | None]] = {
+    "fork --no-exact": (False, None),
+    "fork (exact)": (True, None),
+    "fork+exact (streams)": (False, STREAMS),
+}
+
+
+def one_run(
+    model: sk.Model, doc: str, n: int, n_predict: int, exact: bool, fork: ForkOptions | None
+) -> dict[str, float]:
+    with Pipeline(model, exact=exact, fork=fork) as p:
+        p.prefill("doc", text=doc)
+        for i in range(n):
+            p.branch(f"b{i}", prompt=f"\n\nQuestion {i}: what comes next?", n_predict=n_predict)
+        r = p.run(mode="fork")
+    return {
+        "e2e_ms": r.e2e_ms,
+        "prefill_ms": r.prefill_ms,
+        "ms_per_decode": r.decode_stats["gen_ms_per_step"],
+    }
+
+
+def summary(trials: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Per metric: [median, min, max] over the measured trials."""
+    return {
+        k: [
+            statistics.median(t[k] for t in trials),
+            min(t[k] for t in trials),
+            max(t[k] for t in trials),
+        ]
+        for k in trials[0]
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", type=Path, help="text to cut the document from (default: fox)")
+    ap.add_argument("--doc-tokens", type=int, default=700)
+    ap.add_argument("--branches", default="2,32")
+    ap.add_argument("-n", "--n-predict", type=int, default=32)
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("-o", "--out", type=Path)
+    args = ap.parse_args()
+    out: dict[str, Any] = {}
+    path = sk.default_model_path()
+    with sk.Model(path, repack=True) as fast, sk.Model(path) as flat:
+        doc = document(flat, args.doc_tokens, args.doc)
+        for n in (int(x) for x in args.branches.split(",")):
+            for name, (exact, fork) in VARIANTS.items():
+                model = flat if exact else fast
+                runs = [
+                    one_run(model, doc, n, args.n_predict, exact, fork)
+                    for _ in range(args.trials + 1)
+                ][1:]
+                out[f"{n} {name}"] = {"trials": runs, "median_min_max": summary(runs)}
+                cells = ", ".join(
+                    f"{k} {v[0]:.1f} [{v[1]:.1f}-{v[2]:.1f}]" for k, v in summary(runs).items()
+                )
+                print(f"{n:>3} branches  {name:<22} {cells}", flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
