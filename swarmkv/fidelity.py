@@ -75,7 +75,9 @@ class Fidelity:
         margin, the noise and the replay, so a near-tie is never hidden behind a pass."""
         nmse_text = f"first-step NMSE {_num(self.first_nmse)}"
         if self.tokens_equal:
-            same = "" if self.logits_equal is not False else "; logits differ (exact: failure)"
+            # only a mode that claims exactness fails on logits; others report the NMSE above
+            failed = self.exact and self.logits_equal is False
+            same = "; logits differ (exact: failure)" if failed else ""
             return f"{self.n_compared} tokens equal, {nmse_text}{same}"
         got, want = self.pair or (None, None)
         ids = f" (got {_tok(got)}, baseline {_tok(want)})"
