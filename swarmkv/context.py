@@ -15,14 +15,7 @@ import numpy as np
 
 from ._native import ffi, lib
 from .budget import round_ctx
-from .context_config import (
-    FLASH_ATTN_TYPES,
-    KV_TYPES,
-    LLAMA_MAX_SEQ,
-    ContextConfig,
-    FlashAttn,
-    default_threads,
-)
+from .context_config import FLASH_ATTN_TYPES, KV_TYPES, ContextConfig, default_threads
 from .errors import (
     BatchError,
     ConfigError,
@@ -37,14 +30,7 @@ from .owned import Owned
 if TYPE_CHECKING:
     from .batch import Batch
 
-__all__ = [
-    "LLAMA_MAX_SEQ",
-    "Context",
-    "ContextConfig",
-    "FlashAttn",
-    "PerfCounters",
-    "default_threads",
-]
+__all__ = ["Context", "PerfCounters", "context_params"]
 
 
 @dataclass(frozen=True)

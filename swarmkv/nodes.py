@@ -10,6 +10,7 @@ newline or sentence end) and start the prompt with a space or newline (see READM
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +71,32 @@ class BranchNode:
     stop: tuple[str, ...] = ()
     required_prefix_tokens: int | None = None
     on_token: TokenCallback | None = field(default=None, compare=False, repr=False)
+
+    @staticmethod
+    def from_options(
+        name: str,
+        *,
+        prompt: str,
+        after: str | Iterable[str] | None = None,
+        n_predict: int = 64,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        seed: int = 0,
+        stop: Iterable[str] = (),
+        required_prefix_tokens: int | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> BranchNode:
+        """A BranchNode from Pipeline.branch()'s keyword options (not yet validated).
+
+        after may be one name or several; the sampler fields become a SamplerConfig.
+        """
+        deps = (after,) if isinstance(after, str) else tuple(after or ())
+        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed)
+        return BranchNode(
+            name, prompt, deps, n_predict, sampler, tuple(stop), required_prefix_tokens, on_token
+        )
 
     def validate(self) -> None:
         """Check the spec in pure Python; raises ConfigError naming the first bad field.

@@ -31,7 +31,7 @@ from .modes import ForkOptions
 from .nodes import BranchNode, PrefillNode
 from .pool import HostBufferPool
 from .results import BranchResult, NodeOutcome, PipelineResult, ms
-from .sampling import SamplerConfig, TokenCallback
+from .sampling import TokenCallback
 from .spec import PipelineSpec
 
 log = logging.getLogger("swarmkv.pipeline")
@@ -137,16 +137,19 @@ class Pipeline:
         """
         if name in self.branches or (self.doc is not None and name == self.doc.name):
             raise DagError(f"duplicate node name {name!r}")
-        deps = (after,) if isinstance(after, str) else tuple(after or ())
-        node = BranchNode(
+        node = BranchNode.from_options(
             name,
-            prompt,
-            deps,
-            n_predict,
-            SamplerConfig(temperature, top_k, top_p, min_p, seed),
-            tuple(stop),
-            required_prefix_tokens,
-            on_token,
+            prompt=prompt,
+            after=after,
+            n_predict=n_predict,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            seed=seed,
+            stop=stop,
+            required_prefix_tokens=required_prefix_tokens,
+            on_token=on_token,
         )
         node.validate()
         self.branches[name] = node

@@ -46,7 +46,6 @@ from .budget import GGML_MAX_N_THREADS
 from .errors import ConfigError
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
-from .sampling import SamplerConfig
 from .spec import DEFAULT_MODE, PipelineSpec
 
 if TYPE_CHECKING:
@@ -160,22 +159,10 @@ class PipelineFile:
 
     def pipeline_spec(self) -> PipelineSpec:
         """The document and branches as the nodes Pipeline.run validates and runs."""
-        nodes = []
-        for b in self.branches:
-            kw = self.branch_kwargs(b)
-            sampler = SamplerConfig(kw["temperature"], b.top_k, b.top_p, b.min_p, kw["seed"])
-            nodes.append(
-                BranchNode(
-                    b.name,
-                    b.prompt,
-                    b.after,
-                    kw["n_predict"],
-                    sampler,
-                    b.stop,
-                    b.required_prefix_tokens,
-                )
-            )
-        return PipelineSpec(self.document.node(), tuple(nodes), self.mode, self.source)
+        nodes = tuple(
+            BranchNode.from_options(b.name, **self.branch_kwargs(b)) for b in self.branches
+        )
+        return PipelineSpec(self.document.node(), nodes, self.mode, self.source)
 
 
 def _first(*values: Any) -> Any:
@@ -387,10 +374,11 @@ def build_pipeline(
     check_spec(spec)
     s = spec.settings
     model = model_path_override if model_path_override is not None else s.model
-    # n_batch only when given, so Pipeline's own default applies otherwise
-    batch: dict[str, Any] = {"n_batch": s.n_batch} if s.n_batch is not None else {}
-    exact = s.exact if s.exact is not None else True
-    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, exact=exact, **batch)
+    # n_batch and exact only when given, so Pipeline's own defaults apply otherwise
+    given: dict[str, Any] = {
+        k: v for k, v in (("n_batch", s.n_batch), ("exact", s.exact)) if v is not None
+    }
+    pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, **given)
     try:
         pipe.prefill(spec.document.name, text=spec.document.node().text)
         for b in spec.branches:

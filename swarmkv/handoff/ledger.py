@@ -35,14 +35,13 @@ class RunLedger:
         with self._lock:
             self._prefill_ns.append(elapsed_ns)
 
-    def prefix_ready(self, n_tokens: int, share_ns: int | None = None) -> int:
+    def prefix_ready(self, n_tokens: int, share_ns: int | None = None) -> None:
         """Mark the first n_tokens as readable now (and, for fork, the per-branch share cost)."""
         now = time.perf_counter_ns()
         with self._lock:
             self._ready_ns[n_tokens] = now
             if share_ns is not None:
                 self._share_ns[n_tokens] = share_ns
-        return now
 
     def keep_snapshot(self, snap: KVSnapshot, full: bool = False) -> None:
         """Hold snap until release_snapshots(); full=True: its size is the run's snapshot size."""
