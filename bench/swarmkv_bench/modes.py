@@ -57,8 +57,16 @@ class ModeSpec:
     @property
     def reference(self) -> str:
         """The baseline mode name this mode's fidelity is judged against."""
-        shared = [v for v in ("inv", "fa_off", "swa_window") if f"+{v}" in self.name]
-        return "+".join(["baseline", *shared])
+        return "+".join(["baseline", *self._shared_variants()])
+
+    @property
+    def replay(self) -> str:
+        """The host mode that replays each branch alone with the reference's settings: the
+        proof a divergence needs to count as a near-tie."""
+        return "+".join(["host", *self._shared_variants()])
+
+    def _shared_variants(self) -> list[str]:
+        return [v for v in ("inv", "fa_off", "swa_window") if f"+{v}" in self.name]
 
 
 def parse_mode(name: str) -> ModeSpec:

@@ -180,7 +180,7 @@ def _trial(
             _note(run, f"{cfg.config_id} {spec.name} trial {trial} failed: {exc}")
             continue
         ref = done.get(spec.reference) if spec.name != spec.reference else None
-        replay = done.get("host")  # each branch alone with the baseline's shapes, if run
+        replay = done.get(spec.replay)  # each branch alone with the reference's settings
         rec = from_pipeline_result(
             res,
             exact=spec.claims_exact,

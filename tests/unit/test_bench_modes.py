@@ -1,0 +1,30 @@
+"""Bench mode names: each mode's fidelity reference and its replay share its variants."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmkv.errors import ConfigError
+from swarmkv_bench.modes import parse_mode
+
+
+@pytest.mark.parametrize(
+    ("name", "reference", "replay", "exact"),
+    [
+        ("fork", "baseline", "host", False),
+        ("fork+inv", "baseline+inv", "host+inv", True),
+        ("fork+fa_off", "baseline+fa_off", "host+fa_off", False),
+        ("fork+exact+swa_window", "baseline+swa_window", "host+swa_window", True),
+        ("host", "baseline", "host", True),
+    ],
+)
+def test_reference_and_replay_keep_the_variants(
+    name: str, reference: str, replay: str, exact: bool
+) -> None:
+    spec = parse_mode(name)
+    assert (spec.reference, spec.replay, spec.claims_exact) == (reference, replay, exact)
+
+
+def test_unknown_variant_is_named() -> None:
+    with pytest.raises(ConfigError, match="unknown variant 'turbo'"):
+        parse_mode("fork+turbo")
