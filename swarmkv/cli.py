@@ -34,7 +34,7 @@ from .cli_output import (
 from .demo_command import cmd_demo
 from .errors import SwarmKVError
 from .info_command import add_parser as add_info_parser
-from .interrupt import Interrupted, run_interruptibly
+from .interrupt import INTERRUPT, Interrupted, ctrl_c_sets_flag
 from .modes import MODES
 from .pipeline_toml import (
     BranchSpec,
@@ -261,22 +261,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))  # `bench` has no -v
     configure_logging(verbose)
-    # The work runs in a worker thread so that Ctrl-C lands in the main thread (see
-    # swarmkv.interrupt): it stops the work at its next decode boundary, then exits 130.
-    code, interrupted = run_interruptibly(lambda: _dispatch(args, verbose))
-    if interrupted:
+    # Ctrl-C only sets a flag (see swarmkv.interrupt): the work stops at its next decode
+    # boundary and unwinds, freeing every handle, then the command exits 130.
+    code = 0
+    with ctrl_c_sets_flag():
+        try:
+            code = int(args.func(args) or 0)
+        except Interrupted:
+            pass
+        except SwarmKVError as exc:
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            sys.stderr.write(f"{PROG}: error: {exc}\n")
+            code = 2
+    if INTERRUPT.is_set():
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
-    return int(code or 0)
-
-
-def _dispatch(args: argparse.Namespace, verbose: bool) -> int:
-    try:
-        return int(args.func(args))
-    except Interrupted:
-        raise
-    except SwarmKVError as exc:
-        if verbose:
-            traceback.print_exc(file=sys.stderr)
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
-        return 2
+    return code

@@ -265,21 +265,26 @@ def decode_prompts(
         stats.add_prompts(time.perf_counter_ns() - t0, decodes)
 
 
-def decode_step(
-    ctx: Context, group: Sequence[BranchState], batch: Batch, stats: DecodeStats | None
-) -> None:
-    """One generation step: each branch in group decodes its last token in one llama_decode
-    and samples its next from its own row (stats get the step's split of times)."""
-    t0 = time.perf_counter_ns()
+def step_rows(batch: Batch, group: Sequence[BranchState]) -> list[tuple[BranchState, int]]:
+    """Fill batch for one generation step: each branch's last token at its next position, one
+    row each with logits on; returns (branch, row) pairs for take_step."""
     batch.clear()
-    rows = [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in group]
-    t1 = time.perf_counter_ns()
-    ctx.decode(batch)
-    t2 = time.perf_counter_ns()
-    captured = sum(s.capture_ns for s in group)
+    return [(s, batch.add(s.tokens[-1], s.pos, (s.seq_id,), True)) for s in group]
+
+
+def take_step(
+    ctx: Context,
+    rows: Sequence[tuple[BranchState, int]],
+    stats: DecodeStats | None,
+    t_step_ns: int,
+    decode_ns: int,
+) -> None:
+    """After a step's llama_decode: each branch advances and samples its next token from its
+    own row; stats count the step (started at t_step_ns) with its split of times."""
+    captured = sum(s.capture_ns for s, _ in rows)
     for state, row in rows:
         state.pos += 1
         _take_safely(ctx, state, row)
     if stats is not None:
-        captured = sum(s.capture_ns for s in group) - captured
-        stats.add_step(time.perf_counter_ns() - t0 - captured, t2 - t1, captured)
+        captured = sum(s.capture_ns for s, _ in rows) - captured
+        stats.add_step(time.perf_counter_ns() - t_step_ns - captured, decode_ns, captured)

@@ -28,8 +28,9 @@ from ..decoding import (
     DecodeStats,
     chunk_bounds,
     decode_prompts,
-    decode_step,
     new_state,
+    step_rows,
+    take_step,
 )
 from ..model import Model
 from ..modes import ForkOptions
@@ -196,7 +197,11 @@ def run_branch(plan: Plan, ctx: Context, states: list[BranchState], nctx: NodeCo
         while live:
             nctx.check_cancelled()
             for group in [live] if packing == "batched" else [[s] for s in live]:
-                decode_step(ctx, group, batch, plan.stats)
+                t_step = time.perf_counter_ns()
+                rows = step_rows(batch, group)
+                t_decode = time.perf_counter_ns()
+                ctx.decode(batch)  # the step itself: one llama_decode for the group
+                take_step(ctx, rows, plan.stats, t_step, time.perf_counter_ns() - t_decode)
             for state in live:
                 if state.done:
                     ctx.seq_rm(state.seq_id)
