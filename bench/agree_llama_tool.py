@@ -29,6 +29,7 @@ SPLITS = ((2048, 512), (512, 512), (256, 64), (2048, 2048), (64, 7))
 
 
 def swarmkv_answer(doc: str, n_predict: int, threads: int) -> str:
+    """SwarmKV's exact fork answer to QUESTION after doc (greedy)."""
     with Pipeline(exact=True, n_threads=threads) as p:
         p.prefill("doc", text=doc).branch("q", prompt=QUESTION, n_predict=n_predict)
         return p.run(mode="fork")["q"].text
@@ -37,6 +38,7 @@ def swarmkv_answer(doc: str, n_predict: int, threads: int) -> str:
 def tool_answer(
     prompt: str, n_predict: int, threads: int, batch: int, ubatch: int, invariant: bool = True
 ) -> str:
+    """llama-completion's greedy answer to prompt at the given -b/-ub (batch-invariant or not)."""
     cmd = [
         str(TOOL),
         "-m",
@@ -73,6 +75,7 @@ def tool_answer(
 
 
 def main() -> int:
+    """Compare SwarmKV with llama.cpp's tool at several batch sizes; 0 when all agree."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--doc", type=Path, default=ROOT / "vendor" / "llama.cpp" / "SECURITY.md")
     ap.add_argument("--doc-tokens", type=int, default=751 - 20)

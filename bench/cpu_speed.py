@@ -48,10 +48,12 @@ def one_trial(model: Model, doc: list[int], threads: int) -> tuple[float, float]
 
 
 def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of the measured trials."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main() -> int:
+    """Parse flags, measure, print (and optionally write) the table; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-m", "--model", type=Path, default=None)
     parser.add_argument("-t", "--threads", type=int, default=2)

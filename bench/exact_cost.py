@@ -33,6 +33,7 @@ VARIANTS: dict[str, tuple[bool, ForkOptions | None]] = {
 def one_run(
     model: sk.Model, doc: str, n: int, n_predict: int, exact: bool, fork: ForkOptions | None
 ) -> dict[str, float]:
+    """One fork run of n branches over doc; its wall, prefill and per-step times (ms)."""
     with Pipeline(model, exact=exact, fork=fork) as p:
         p.prefill("doc", text=doc)
         for i in range(n):
@@ -58,6 +59,7 @@ def summary(trials: list[dict[str, float]]) -> dict[str, list[float]]:
 
 
 def main() -> None:
+    """Parse flags, run every setting for the given trials, print and save the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--doc", type=Path, help="text to cut the document from (default: fox)")
     ap.add_argument("--doc-tokens", type=int, default=700)

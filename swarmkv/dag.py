@@ -104,6 +104,7 @@ class _Node:
     deps: tuple[Dep, ...]
 
     def dep_names(self) -> list[str]:
+        """The nodes this node waits for, each once, in declaration order."""
         return list(dict.fromkeys(d.node for d in self.deps))
 
 
@@ -255,12 +256,14 @@ class _Run:
         self._results: dict[str, NodeResult] = {}
 
     def stop(self, reason: str) -> None:
+        """Ask every node to stop at its next check; the first reason given wins."""
         with self._lock:
             if self._stop_reason is None:
                 self._stop_reason = reason
                 self._stop.set_result(None)
 
     def cancel_reason(self) -> str | None:
+        """Why the run must stop (stop(), the cancel Event, Ctrl-C), or None to go on."""
         if self._stop_reason is not None:
             return self._stop_reason
         if self._external is not None and self._external.is_set():
@@ -270,6 +273,7 @@ class _Run:
         return None
 
     def publish(self, node: str, signal: str, value: Any) -> None:
+        """Wake the dependents waiting on (node, signal) with value; once per signal."""
         with self._lock:
             if (node, signal) in self._published:
                 raise DagError(f"node {node!r} published signal {signal!r} twice")

@@ -45,4 +45,5 @@ class SamplerConfig:
 
     @property
     def greedy(self) -> bool:
+        """Whether sampling is argmax (temperature 0): seed and top-k/p are then unused."""
         return self.temperature == 0.0

@@ -39,7 +39,9 @@ FLASH_ATTN = ("on", "off", "auto")
 class Tokenizer(Protocol):
     """What count_tokens needs of a model: swarmkv.Model has it."""
 
-    def tokenize(self, text: str) -> list[int]: ...
+    def tokenize(self, text: str) -> list[int]:
+        """The model's tokens for text."""
+        ...
 
 
 class PeerError(SwarmKVError):
