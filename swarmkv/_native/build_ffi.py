@@ -53,12 +53,13 @@ def build_info(args: argparse.Namespace) -> dict[str, object]:
 
 
 def make_ffi(args: argparse.Namespace) -> cffi.FFI:
-    """The cffi FFI of swarmkv._native._llama: cdef.h (plus cdef_cpu.h for a native CPU build).
+    """The cffi FFI of swarmkv._native._llama: cdef.h and cdef_graph.h (plus cdef_cpu.h for a
+    native CPU build).
 
     Its C source adds swarmkv_llama_cpp_commit() and swarmkv_build_json().
     """
     ffi = cffi.FFI()
-    cdef = (HERE / "cdef.h").read_text()
+    cdef = (HERE / "cdef.h").read_text() + (HERE / "cdef_graph.h").read_text()
     if args.cpu == "native":
         cdef += (HERE / "cdef_cpu.h").read_text()
     ffi.cdef(cdef)

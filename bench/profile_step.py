@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Where a decode step goes on this CPU: per-op time of a prefill chunk, a 1-branch generation
+step and an N-branch generation step, the way `fork` decodes them (perf).
+
+    python bench/profile_step.py [--doc-tokens 3501] [--branches 32] [--no-exact] [-o prof.json]
+
+Each phase is first timed without the profiler (median of --steps runs after a warm-up), then
+`perf record` attaches to this process for the same phase and the samples are grouped by
+ggml op (MUL_MAT by kernel family, FLASH_ATTN_EXT, ...). Symbols of the installed (stripped)
+libraries are read from their unstripped copies in the build folder. Needs `perf` and the
+permission to attach (perf_event_paranoid <= 1, or root). Run on an idle machine: ggml's
+threads spin at barriers, and any other load distorts every number here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perf_samples import PerfError, op_table, profile
+
+import swarmkv as sk
+from swarmkv.batch import Batch
+from swarmkv.context import Context
+from swarmkv.context_config import ContextConfig
+from swarmkv.decoding import chunk_bounds
+from swarmkv_bench.workload import document
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def open_context(model: sk.Model, n_doc: int, n: int, steps: int, exact: bool) -> Context:
+    """A unified-KV context with room for the document and n branches of 2*steps tokens."""
+    n_ctx = n_doc + n * (2 * steps + 8) + 256
+    cfg = ContextConfig(
+        n_ctx=n_ctx, n_seq_max=n + 1, kv_unified=True, batch_invariant=exact, flash_attn="on"
+    )
+    return Context(model, cfg)
+
+
+def prefill(ctx: Context, tokens: list[int], batch: Batch) -> list[float]:
+    """Decode tokens on seq 0 in n_batch chunks; ms of each chunk."""
+    times = []
+    for lo, hi in chunk_bounds(len(tokens), ctx.n_batch):
+        batch.clear()
+        for pos in range(lo, hi):
+            batch.add(tokens[pos], pos, (0,), pos == hi - 1)
+        t = time.perf_counter_ns()
+        ctx.decode(batch)
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return times
+
+
+def step_runner(ctx: Context, batch: Batch, seqs: list[int], start: int) -> Callable[[], float]:
+    """A function that decodes one generation step for seqs (one token each, continuing their
+    positions) and returns its ms."""
+    pos = {s: start for s in seqs}
+
+    def step() -> float:
+        batch.clear()
+        for s in seqs:
+            batch.add(1000 + s, pos[s], (s,), True)
+            pos[s] += 1
+        t = time.perf_counter_ns()
+        ctx.decode(batch)
+        return (time.perf_counter_ns() - t) / 1e6
+
+    return step
+
+
+class Measure:
+    """Times a phase (median of `steps` runs after a warm-up), then profiles as many runs."""
+
+    def __init__(self, steps: int, use_perf: bool, build_dir: Path) -> None:
+        self.steps = steps
+        self.use_perf = use_perf
+        self.build_dir = build_dir
+
+    def __call__(self, name: str, run: Callable[[], float], steps: int = 0) -> dict[str, Any]:
+        steps = steps or self.steps
+        run()  # warm-up
+        ms = [run() for _ in range(steps)]
+        out: dict[str, Any] = {
+            "phase": name,
+            "ms_median": statistics.median(ms),
+            "ms_min": min(ms),
+            "ms_max": max(ms),
+            "runs": steps,
+        }
+        if self.use_perf:
+            with profile(self.build_dir) as prof:
+                for _ in range(steps):
+                    run()
+            out["ops"] = op_table(prof.samples(), out["ms_median"])
+            out["top_symbols"] = prof.top_symbols(12)
+        return out
+
+
+def main() -> int:
+    """Parse flags, profile the three phases, print per-op tables (and write JSON with -o)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc-tokens", type=int, default=3501)
+    ap.add_argument("--branches", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=8, help="runs per phase (after a warm-up)")
+    ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--no-perf", action="store_true", help="time the phases only")
+    ap.add_argument("--build-dir", type=Path, default=None, help="unstripped libraries")
+    ap.add_argument("-o", "--out", type=Path)
+    args = ap.parse_args()
+    build_dir = args.build_dir or next((ROOT / "build").glob("cp*/bin"), ROOT / "build")
+    n = args.branches
+    measure = Measure(args.steps, not args.no_perf, build_dir)
+    with sk.Model(sk.default_model_path(), repack=not args.exact) as model:
+        tokens = model.tokenize(document(model, args.doc_tokens))
+        ctx = open_context(model, len(tokens), n, args.steps, args.exact)
+        with ctx, Batch(max(ctx.n_batch, n), 1) as batch:
+            phases = run_phases(ctx, batch, tokens, n, measure)
+    result = {"doc_tokens": len(tokens), "branches": n, "exact": args.exact, "phases": phases}
+    for ph in phases:
+        print_phase(ph)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def run_phases(
+    ctx: Context, batch: Batch, tokens: list[int], n: int, measure: Measure
+) -> list[dict[str, Any]]:
+    """Prefill (profiled as a whole, reported per chunk), then the 1- and n-branch steps."""
+    chunks = prefill(ctx, tokens, batch)  # warm prefill: the threads exist for perf to find
+
+    def one_prefill() -> float:
+        ctx.seq_rm(0)
+        return sum(prefill(ctx, tokens, batch)) / len(chunks)
+
+    phases = [measure(f"prefill chunk ({ctx.n_batch} tokens)", one_prefill, steps=3)]
+    for s in range(1, n + 1):
+        ctx.seq_cp(0, s)
+    p = len(tokens)
+    phases.append(measure("1-branch step", step_runner(ctx, batch, [1], p)))
+    ctx.seq_rm(1, p, None)
+    phases.append(measure(f"{n}-branch step", step_runner(ctx, batch, list(range(1, n + 1)), p)))
+    return phases
+
+
+def print_phase(ph: dict[str, Any]) -> None:
+    """One phase: its time, then ms per op group and the top kernels."""
+    print(f"\n## {ph['phase']}: {ph['ms_median']:.1f} ms [{ph['ms_min']:.1f}-{ph['ms_max']:.1f}]")
+    for row in ph.get("ops", []):
+        print(f"  {row['share'] * 100:5.1f}%  {row['ms']:8.1f} ms  {row['op']}")
+    for sym in ph.get("top_symbols", []):
+        print(f"    {sym['share'] * 100:5.1f}%  {sym['symbol'][:110]}")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except PerfError as exc:
+        sys.exit(f"profile_step: {exc}")

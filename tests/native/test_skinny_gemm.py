@@ -1,0 +1,120 @@
+"""The Q8_0 / Q5_0 weight kernels that decode steps use, run as one ggml MUL_MAT on the CPU
+backend: in batch-invariant mode every activation row gets the same bits whether it shares
+the call with 0 or 63 others and however many threads run it, and the products are right
+(against a float64 reference).
+
+On AVX-512 VNNI builds patch 0004's skinny GEMM serves these: under 16 rows its few-row kernel
+(weight rows in the lanes), from 16 rows its many-row kernel (activation rows in the lanes),
+two different codes that must agree bit for bit; elsewhere tinyBLAS does.
+(Upstream's own kernels for these types already sum a lone row like a batch's, so there is no
+failing "mode off" control here; tests/model/test_batch_invariant.py has one for the model.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+from swarmkv._native import ffi, lib
+
+K = 640  # 20 blocks of 32, as in the default model's layers
+M = 53  # weight rows: not a multiple of 16 (the lanes of the few-row kernel) nor of 4
+WEIGHT_TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q5_0": GGMLQuantizationType.Q5_0}
+
+
+@contextmanager
+def cpu_backend(threads: int, invariant: bool) -> Iterator[Any]:
+    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
+    assert backend != ffi.NULL
+    reg = lib.ggml_backend_dev_backend_reg(dev)
+
+    def proc(name: bytes, sig: str) -> Any:
+        fn = lib.ggml_backend_reg_get_proc_address(reg, name)
+        assert fn != ffi.NULL, name
+        return ffi.cast(sig, fn)
+
+    try:
+        proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
+        proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
+            backend, invariant
+        )
+        yield backend
+    finally:
+        lib.ggml_backend_free(backend)
+
+
+def mul_mat(
+    wtype: str, weights: bytes, acts: np.ndarray, threads: int, invariant: bool
+) -> np.ndarray:
+    """ggml_mul_mat(weights [M x K], acts [n x K] f32) on the CPU backend: [n x M] f32."""
+    n = acts.shape[0]
+    size = 4 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
+    params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    assert ctx != ffi.NULL
+    buf = ffi.NULL
+    try:
+        with cpu_backend(threads, invariant) as backend:
+            a = lib.ggml_new_tensor_2d(ctx, int(WEIGHT_TYPES[wtype]), K, M)
+            b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, K, n)
+            out = lib.ggml_mul_mat(ctx, a, b)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, out)
+            buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
+            assert buf != ffi.NULL
+            assert lib.ggml_nbytes(a) == len(weights)
+            lib.ggml_backend_tensor_set(a, weights, 0, len(weights))
+            src = np.ascontiguousarray(acts, dtype=np.float32)
+            lib.ggml_backend_tensor_set(b, ffi.from_buffer(src), 0, src.nbytes)
+            assert lib.ggml_backend_graph_compute(backend, graph) == lib.GGML_STATUS_SUCCESS
+            result = np.empty((n, M), dtype=np.float32)
+            lib.ggml_backend_tensor_get(out, ffi.from_buffer(result), 0, result.nbytes)
+            return result
+    finally:
+        if buf != ffi.NULL:
+            lib.ggml_backend_buffer_free(buf)
+        lib.ggml_free(ctx)
+
+
+def operands(wtype: str, n: int, seed: int = 0) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Quantized weights (and their exact values) and n activation rows that Q8_0 holds
+    exactly: integers with 127 in every block, so each block's scale is 1.0."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((M, K)).astype(np.float32)
+    q = quantize(w, WEIGHT_TYPES[wtype])
+    acts = rng.integers(-127, 128, size=(n, K)).astype(np.float32)
+    acts[:, ::32] = 127.0
+    return q.tobytes(), dequantize(q, WEIGHT_TYPES[wtype]).astype(np.float64), acts
+
+
+@pytest.mark.parametrize("wtype", sorted(WEIGHT_TYPES))
+def test_every_row_count_gives_the_same_bits(wtype: str) -> None:
+    weights, _, acts = operands(wtype, 64)
+    full = mul_mat(wtype, weights, acts, threads=2, invariant=True)
+    for n in (1, 2, 3, 7, 15, 16, 17, 33, 63):
+        part = mul_mat(wtype, weights, acts[:n], threads=2, invariant=True)
+        np.testing.assert_array_equal(part, full[:n], err_msg=f"{n} rows")
+    for threads in (1, 3):
+        again = mul_mat(wtype, weights, acts, threads=threads, invariant=True)
+        np.testing.assert_array_equal(again, full, err_msg=f"{threads} threads")
+    # one row alone, at each position of the batch
+    for j in (0, 16, 40):
+        alone = mul_mat(wtype, weights, acts[j : j + 1], threads=2, invariant=True)
+        np.testing.assert_array_equal(alone[0], full[j], err_msg=f"row {j} alone")
+
+
+@pytest.mark.parametrize("wtype", sorted(WEIGHT_TYPES))
+@pytest.mark.parametrize("n", [1, 5, 16, 40])
+def test_products_are_right(wtype: str, n: int) -> None:
+    weights, exact_w, acts = operands(wtype, n, seed=n)
+    want = acts.astype(np.float64) @ exact_w.T
+    for invariant in (True, False):
+        got = mul_mat(wtype, weights, acts, threads=2, invariant=invariant)
+        scale = np.abs(acts) @ np.abs(exact_w).T  # the size of the terms summed
+        assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-6), f"invariant={invariant}"
