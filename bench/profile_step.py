@@ -2,7 +2,7 @@
 """Where a decode step goes on this CPU: per-op time of a prefill chunk, a 1-branch generation
 step and an N-branch generation step, the way `fork` decodes them (perf).
 
-    python bench/profile_step.py [--doc-tokens 3501] [--branches 32] [--no-exact] [-o prof.json]
+    python bench/profile_step.py [--doc-tokens 3501] [--branches 2,32,64] [--no-exact] [-o f.json]
 
 Each phase is first timed without the profiler (median of --steps runs after a warm-up), then
 `perf record` attaches to this process for the same phase and the samples are grouped by
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def open_context(model: sk.Model, n_doc: int, n: int, steps: int, exact: bool) -> Context:
-    """A unified-KV context with room for the document and n branches of 2*steps tokens."""
+    """A unified-KV context with room for the document and n branches of 2*steps tokens (each
+    step phase is a warm-up plus `steps` runs, twice when profiled)."""
     n_ctx = n_doc + n * (2 * steps + 8) + 256
     cfg = ContextConfig(
         n_ctx=n_ctx, n_seq_max=n + 1, kv_unified=True, batch_invariant=exact, flash_attn="on"
@@ -106,22 +107,25 @@ def main() -> int:
     """Parse flags, profile the three phases, print per-op tables (and write JSON with -o)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--doc-tokens", type=int, default=3501)
-    ap.add_argument("--branches", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=8, help="runs per phase (after a warm-up)")
+    ap.add_argument("--branches", default="32", help="branch counts of the N-branch steps")
+    ap.add_argument("--steps", type=int, default=8, help="runs per step phase (after a warm-up)")
+    ap.add_argument("--prefill-runs", type=int, default=2, help="measured prefills of the doc")
     ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-perf", action="store_true", help="time the phases only")
     ap.add_argument("--build-dir", type=Path, default=None, help="unstripped libraries")
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
     build_dir = args.build_dir or next((ROOT / "build").glob("cp*/bin"), ROOT / "build")
-    n = args.branches
+    counts = sorted({int(c) for c in args.branches.split(",")})
+    if counts[0] < 1:
+        ap.error("--branches: counts must be at least 1")
     measure = Measure(args.steps, not args.no_perf, build_dir)
     with sk.Model(sk.default_model_path(), repack=not args.exact) as model:
         tokens = model.tokenize(document(model, args.doc_tokens))
-        ctx = open_context(model, len(tokens), n, args.steps, args.exact)
-        with ctx, Batch(max(ctx.n_batch, n), 1) as batch:
-            phases = run_phases(ctx, batch, tokens, n, measure)
-    result = {"doc_tokens": len(tokens), "branches": n, "exact": args.exact, "phases": phases}
+        ctx = open_context(model, len(tokens), counts[-1], args.steps, args.exact)
+        with ctx, Batch(max(ctx.n_batch, counts[-1]), 1) as batch:
+            phases = run_phases(ctx, batch, tokens, counts, measure, args.prefill_runs)
+    result = {"doc_tokens": len(tokens), "exact": args.exact, "phases": phases}
     for ph in phases:
         print_phase(ph)
     if args.out:
@@ -130,22 +134,30 @@ def main() -> int:
 
 
 def run_phases(
-    ctx: Context, batch: Batch, tokens: list[int], n: int, measure: Measure
+    ctx: Context,
+    batch: Batch,
+    tokens: list[int],
+    counts: list[int],
+    measure: Measure,
+    prefill_runs: int,
 ) -> list[dict[str, Any]]:
-    """Prefill (profiled as a whole, reported per chunk), then the 1- and n-branch steps."""
+    """Prefill (profiled as a whole, reported per chunk), the 1-branch step, then an
+    n-branch step for each n in counts, every step at the positions right after the prefix."""
     chunks = prefill(ctx, tokens, batch)  # warm prefill: the threads exist for perf to find
 
     def one_prefill() -> float:
         ctx.seq_rm(0)
         return sum(prefill(ctx, tokens, batch)) / len(chunks)
 
-    phases = [measure(f"prefill chunk ({ctx.n_batch} tokens)", one_prefill, steps=3)]
-    for s in range(1, n + 1):
-        ctx.seq_cp(0, s)
+    phases = [measure(f"prefill chunk ({ctx.n_batch} tokens)", one_prefill, steps=prefill_runs)]
     p = len(tokens)
-    phases.append(measure("1-branch step", step_runner(ctx, batch, [1], p)))
-    ctx.seq_rm(1, p, None)
-    phases.append(measure(f"{n}-branch step", step_runner(ctx, batch, list(range(1, n + 1)), p)))
+    for s in range(1, counts[-1] + 1):
+        ctx.seq_cp(0, s)
+    for n in [1, *(c for c in counts if c > 1)]:
+        seqs = list(range(1, n + 1))
+        phases.append(measure(f"{n}-branch step", step_runner(ctx, batch, seqs, p)))
+        for s in seqs:
+            ctx.seq_rm(s, p, None)
     return phases
 
 

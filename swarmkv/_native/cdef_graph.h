@@ -1,7 +1,7 @@
-/* A one-op ggml graph on a backend: enough to run a single kernel (a MUL_MAT) on chosen
- * inputs. Tests use it to check the CPU kernels that decode steps rely on (tests/native/
- * test_skinny_gemm.py); the library itself never builds graphs. All of these live in
- * libggml-base, which every build links. */
+/* A one-op ggml graph on a backend: enough to run a single kernel (MUL_MAT, FLASH_ATTN_EXT)
+ * on chosen inputs. Tests use it to check the CPU kernels that decode steps rely on
+ * (tests/native/test_skinny_gemm.py, test_bi_attention.py); the library itself never builds
+ * graphs. All of these live in libggml-base, which every build links. */
 typedef struct ggml_backend * ggml_backend_t;
 struct ggml_init_params {
     size_t mem_size;
@@ -34,3 +34,9 @@ void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, siz
 void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset,
                              size_t size);
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph);
+struct ggml_tensor * ggml_new_tensor_4d(struct ggml_context * ctx, enum ggml_type type,
+                                        int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+struct ggml_tensor * ggml_flash_attn_ext(struct ggml_context * ctx, struct ggml_tensor * q,
+                                         struct ggml_tensor * k, struct ggml_tensor * v,
+                                         struct ggml_tensor * mask, float scale, float max_bias,
+                                         float logit_softcap);

@@ -97,7 +97,7 @@ def test_swa_full_false_drifts_past_the_window(model: sk.Model) -> None:
 @pytest.mark.parametrize(
     ("flash_attn", "prompt"),
     [
-        ("off", "\nHow many dogs are there?"),
+        ("off", "\nSummary:"),
         ("auto", "\nTranslate the first sentence into French:"),
     ],
 )
@@ -105,8 +105,9 @@ def test_keeping_swa_masked_cells_is_what_makes_restore_exact(
     model: sk.Model, flash_attn: str, prompt: str
 ) -> None:
     """Without our KEEP_SWA_MASKED flag the restored window sits at other cell indices, and
-    attention sums run in another order; two cases found on the pinned tree, one per
-    attention path, show the drift over 32 greedy steps."""
+    attention sums run in another order; two cases found on the pinned tree (with our
+    patches), one per attention path, show the drift over 32 greedy steps. Which prompts show
+    it moves with any change to the kernels (patch 0004 moved the fa=off case)."""
     doc = model.tokenize("The quick brown fox jumps over the lazy dog. " * 120)
     suffix = model.tokenize(prompt, add_special=False)
     kw = {"swa_full": True, "flash_attn": flash_attn, "n": 32}

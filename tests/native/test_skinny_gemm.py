@@ -11,42 +11,19 @@ failing "mode off" control here; tests/model/test_batch_invariant.py has one for
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
+from ggml_graph import compute
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from swarmkv._native import ffi, lib
+from swarmkv._native import lib
 
 K = 640  # 20 blocks of 32, as in the default model's layers
 M = 53  # weight rows: not a multiple of 16 (the lanes of the few-row kernel) nor of 4
 WEIGHT_TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q5_0": GGMLQuantizationType.Q5_0}
-
-
-@contextmanager
-def cpu_backend(threads: int, invariant: bool) -> Iterator[Any]:
-    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
-    assert backend != ffi.NULL
-    reg = lib.ggml_backend_dev_backend_reg(dev)
-
-    def proc(name: bytes, sig: str) -> Any:
-        fn = lib.ggml_backend_reg_get_proc_address(reg, name)
-        assert fn != ffi.NULL, name
-        return ffi.cast(sig, fn)
-
-    try:
-        proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
-        proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
-            backend, invariant
-        )
-        yield backend
-    finally:
-        lib.ggml_backend_free(backend)
 
 
 def mul_mat(
@@ -54,32 +31,14 @@ def mul_mat(
 ) -> np.ndarray:
     """ggml_mul_mat(weights [M x K], acts [n x K] f32) on the CPU backend: [n x M] f32."""
     n = acts.shape[0]
-    size = 4 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
-    params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
-    ctx = lib.ggml_init(params[0])
-    assert ctx != ffi.NULL
-    buf = ffi.NULL
-    try:
-        with cpu_backend(threads, invariant) as backend:
-            a = lib.ggml_new_tensor_2d(ctx, int(WEIGHT_TYPES[wtype]), K, M)
-            b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, K, n)
-            out = lib.ggml_mul_mat(ctx, a, b)
-            graph = lib.ggml_new_graph(ctx)
-            lib.ggml_build_forward_expand(graph, out)
-            buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
-            assert buf != ffi.NULL
-            assert lib.ggml_nbytes(a) == len(weights)
-            lib.ggml_backend_tensor_set(a, weights, 0, len(weights))
-            src = np.ascontiguousarray(acts, dtype=np.float32)
-            lib.ggml_backend_tensor_set(b, ffi.from_buffer(src), 0, src.nbytes)
-            assert lib.ggml_backend_graph_compute(backend, graph) == lib.GGML_STATUS_SUCCESS
-            result = np.empty((n, M), dtype=np.float32)
-            lib.ggml_backend_tensor_get(out, ffi.from_buffer(result), 0, result.nbytes)
-            return result
-    finally:
-        if buf != ffi.NULL:
-            lib.ggml_backend_buffer_free(buf)
-        lib.ggml_free(ctx)
+    src = np.ascontiguousarray(acts, dtype=np.float32).tobytes()
+
+    def build(ctx: Any) -> tuple[list[tuple[Any, bytes]], Any]:
+        a = lib.ggml_new_tensor_2d(ctx, int(WEIGHT_TYPES[wtype]), K, M)
+        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, K, n)
+        return [(a, weights), (b, src)], lib.ggml_mul_mat(ctx, a, b)
+
+    return compute(build, threads, invariant).reshape(n, M)
 
 
 def operands(wtype: str, n: int, seed: int = 0) -> tuple[bytes, np.ndarray, np.ndarray]:

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Patches 0004 (skinny GEMM) and 0005 (batch-invariant attention) against the kernels they
+replace, side by side in one run: prefill chunk, 1-branch step and N-branch steps, measured
+with both on and both off (SWARMKV_SKINNY_GEMM and SWARMKV_BI_ATTN = 1 / 0). Attention's
+new path serves batch-invariant mode only, so with --no-exact only the GEMM changes.
+
+Each trial runs bench/profile_step.py --no-perf in a fresh process per setting, alternating
+on and off; one warm-up trial of each first, then --trials measured ones. Prints median
+[min-max] over trials of each phase's median ms, and the off/on ratio, and writes JSON (-o).
+Run on an idle machine.
+
+    python bench/kernel_ab.py --branches 2,32,64 --trials 3 -o results/kernel-ab.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SETTINGS = {"before": "0", "after": "1"}  # the value of both switches
+
+
+def one_trial(flags: list[str], switch: str) -> dict[str, float]:
+    """Phase name -> median ms of one profile_step run with the new kernels on ("1") or off."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "p.json"
+        env = {**os.environ, "SWARMKV_SKINNY_GEMM": switch, "SWARMKV_BI_ATTN": switch}
+        cmd = [sys.executable, str(HERE / "profile_step.py"), "--no-perf", *flags, "-o", str(out)]
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        phases = json.loads(out.read_text())["phases"]
+    return {p["phase"]: p["ms_median"] for p in phases}
+
+
+def table(trials: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """Per phase: median, min and max over trials of each setting, and the off/on ratio."""
+    rows = []
+    for phase in trials["after"][0]:
+        row: dict[str, Any] = {"phase": phase}
+        for name, runs in trials.items():
+            values = [t[phase] for t in runs]
+            row[name] = [statistics.median(values), min(values), max(values)]
+        row["speedup"] = row["before"][0] / row["after"][0]
+        rows.append(row)
+    return rows
+
+
+def main() -> int:
+    """Parse flags, run the alternating trials, print the table (and write JSON with -o)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc-tokens", type=int, default=3501)
+    ap.add_argument("--branches", default="2,32,64")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("-o", "--out", type=Path)
+    args = ap.parse_args()
+    flags = ["--doc-tokens", str(args.doc_tokens), "--branches", args.branches]
+    flags += ["--steps", str(args.steps), "--exact" if args.exact else "--no-exact"]
+    trials: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
+    for trial in range(args.trials + 1):  # trial 0 is the warm-up
+        for name, switch in SETTINGS.items():
+            result = one_trial(flags, switch)
+            if trial > 0:
+                trials[name].append(result)
+    rows = table(trials)
+    print(f"{'phase':28} {'before ms':>24} {'after ms':>24} {'speedup':>8}")
+    for r in rows:
+        cells = [f"{r[n][0]:8.1f} [{r[n][1]:.1f}-{r[n][2]:.1f}]" for n in SETTINGS]
+        print(f"{r['phase']:28} {cells[0]:>24} {cells[1]:>24} {r['speedup']:7.2f}x")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {"args": vars(args) | {"out": str(args.out)}, "trials": trials, "table": rows},
+                indent=2,
+            )
+            + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

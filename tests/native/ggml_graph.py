@@ -1,0 +1,64 @@
+"""Run one ggml op on the CPU backend from Python (cdef_graph.h), for kernel tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from swarmkv._native import ffi, lib
+
+# build(ctx) -> ([(input tensor, its bytes)], output tensor)
+Builder = Callable[[Any], tuple[list[tuple[Any, bytes]], Any]]
+
+
+@contextmanager
+def cpu_backend(threads: int, invariant: bool) -> Iterator[Any]:
+    """A CPU backend with the thread count and batch-invariant mode set (freed on exit)."""
+    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
+    assert backend != ffi.NULL
+    reg = lib.ggml_backend_dev_backend_reg(dev)
+
+    def proc(name: bytes, sig: str) -> Any:
+        fn = lib.ggml_backend_reg_get_proc_address(reg, name)
+        assert fn != ffi.NULL, name
+        return ffi.cast(sig, fn)
+
+    try:
+        proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
+        proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
+            backend, invariant
+        )
+        yield backend
+    finally:
+        lib.ggml_backend_free(backend)
+
+
+def compute(build: Builder, threads: int = 2, invariant: bool = True) -> np.ndarray:
+    """The float32 output (flat) of the one-op graph that build makes."""
+    size = 8 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
+    params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    assert ctx != ffi.NULL
+    buf = ffi.NULL
+    try:
+        with cpu_backend(threads, invariant) as backend:
+            inputs, out = build(ctx)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, out)
+            buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
+            assert buf != ffi.NULL
+            for tensor, data in inputs:
+                assert lib.ggml_nbytes(tensor) == len(data)
+                lib.ggml_backend_tensor_set(tensor, data, 0, len(data))
+            assert lib.ggml_backend_graph_compute(backend, graph) == lib.GGML_STATUS_SUCCESS
+            result = np.empty(lib.ggml_nbytes(out) // 4, dtype=np.float32)
+            lib.ggml_backend_tensor_get(out, ffi.from_buffer(result), 0, result.nbytes)
+            return result
+    finally:
+        if buf != ffi.NULL:
+            lib.ggml_backend_buffer_free(buf)
+        lib.ggml_free(ctx)

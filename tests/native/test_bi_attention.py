@@ -1,0 +1,88 @@
+"""Flash attention in batch-invariant mode, run as one ggml op on the CPU backend: a query row
+gets the same bits alone as among 31 other rows whose cells are interleaved with its own in
+the cache (patch 0005's attention on AVX-512 builds, the one-row path elsewhere), and the
+result is softmax(q.K * scale + mask).V."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ggml_graph import compute
+
+from swarmkv._native import lib
+
+DK = DV = 128
+HEADS, KV_HEADS = 4, 1  # grouped-query attention, as in Gemma 3
+SCALE = 0.125
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, **kw: Any
+) -> np.ndarray:
+    """ggml_flash_attn_ext: q [n_q, HEADS, DK] f32, k/v [n_kv, KV_HEADS, D] f16, mask [n_q, n_kv]
+    (0 or -inf); returns [n_q, HEADS, DV] f32."""
+    n_q, n_kv = mask.shape
+    data = [
+        np.ascontiguousarray(q.transpose(1, 0, 2), dtype=np.float32).tobytes(),
+        np.ascontiguousarray(k.transpose(1, 0, 2), dtype=np.float16).tobytes(),
+        np.ascontiguousarray(v.transpose(1, 0, 2), dtype=np.float16).tobytes(),
+        np.ascontiguousarray(mask, dtype=np.float16).tobytes(),
+    ]
+
+    def build(ctx: Any) -> tuple[list[tuple[Any, bytes]], Any]:
+        tq = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, DK, n_q, HEADS, 1)
+        tk = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F16, DK, n_kv, KV_HEADS, 1)
+        tv = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F16, DV, n_kv, KV_HEADS, 1)
+        tm = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F16, n_kv, n_q, 1, 1)
+        out = lib.ggml_flash_attn_ext(ctx, tq, tk, tv, tm, SCALE, 0.0, 0.0)
+        return list(zip([tq, tk, tv, tm], data, strict=True)), out
+
+    return compute(build, **kw).reshape(n_q, HEADS, DV)
+
+
+def scattered_batch(rng: np.random.Generator, alone_k: np.ndarray, alone_v: np.ndarray, row: int):
+    """32 query rows over a cache whose cells interleave row `row`'s own cells (same values,
+    same order) with cells only the other rows see."""
+    n_vis = alone_k.shape[0]
+    n_kv = 3 * n_vis
+    slots = np.sort(rng.choice(n_kv, size=n_vis, replace=False))
+    k = rng.standard_normal((n_kv, KV_HEADS, DK)).astype(np.float16)
+    v = rng.standard_normal((n_kv, KV_HEADS, DV)).astype(np.float16)
+    k[slots], v[slots] = alone_k, alone_v
+    mask = np.where(rng.random((32, n_kv)) < 0.5, 0.0, -np.inf)
+    mask[row] = -np.inf
+    mask[row, slots] = 0.0
+    return k, v, mask
+
+
+def test_a_row_gets_the_same_bits_alone_and_among_others() -> None:
+    rng = np.random.default_rng(7)
+    n_vis, row = 157, 11  # not a multiple of the 16-cell groups
+    q = rng.standard_normal((32, HEADS, DK)).astype(np.float32)
+    k_alone = rng.standard_normal((n_vis, KV_HEADS, DK)).astype(np.float16)
+    v_alone = rng.standard_normal((n_vis, KV_HEADS, DV)).astype(np.float16)
+    alone = attention(q[row : row + 1], k_alone, v_alone, np.zeros((1, n_vis)))
+    k, v, mask = scattered_batch(rng, k_alone, v_alone, row)
+    for threads in (1, 2, 3):
+        batch = attention(q, k, v, mask, threads=threads)
+        np.testing.assert_array_equal(batch[row], alone[0], err_msg=f"{threads} threads")
+    control = attention(q, k, v, mask, invariant=False)
+    assert not np.array_equal(control[row], alone[0]), "upstream's batched path sums differently"
+
+
+def test_matches_softmax_attention() -> None:
+    rng = np.random.default_rng(3)
+    n_q, n_kv = 5, 300
+    q = rng.standard_normal((n_q, HEADS, DK)).astype(np.float32)
+    k = rng.standard_normal((n_kv, KV_HEADS, DK)).astype(np.float16)
+    v = rng.standard_normal((n_kv, KV_HEADS, DV)).astype(np.float16)
+    mask = np.where(rng.random((n_q, n_kv)) < 0.3, -np.inf, 0.0)
+    got = attention(q, k, v, mask)
+    kf, vf = k[:, 0].astype(np.float64), v[:, 0].astype(np.float64)
+    for t in range(n_q):
+        for h in range(HEADS):
+            s = q[t, h].astype(np.float64) @ kf.T * SCALE + mask[t]
+            p = np.exp(s - s.max())
+            want = (p / p.sum()) @ vf
+            np.testing.assert_allclose(got[t, h], want, rtol=0, atol=2e-5)
