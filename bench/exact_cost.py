@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--branches", default="2,32")
     ap.add_argument("-n", "--n-predict", type=int, default=32)
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--no-streams", action="store_true", help="leave out fork+exact (streams)")
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
     out: dict[str, Any] = {}
@@ -74,6 +75,8 @@ def main() -> None:
         doc = document(flat, args.doc_tokens, args.doc)
         for n in (int(x) for x in args.branches.split(",")):
             for name, (exact, fork) in VARIANTS.items():
+                if args.no_streams and fork is STREAMS:
+                    continue
                 model = flat if exact else fast
                 runs = [
                     one_run(model, doc, n, args.n_predict, exact, fork)
