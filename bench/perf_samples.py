@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +56,12 @@ def classify(dso: str, symbol: str) -> str:
     return "other (libc, kernel, unresolved)"
 
 
+@dataclass
 class Profile:
-    """Samples of one `perf record` run, filled in when its with-block ends."""
+    """Samples of one `perf record` run, filled in when its with-block ends: (share 0..1,
+    dso, symbol) for every sampled symbol, largest first."""
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[float, str, str]] = []
-
-    def samples(self) -> list[tuple[float, str, str]]:
-        """(share 0..1, dso, symbol) for every sampled symbol, largest first."""
-        return self.rows
+    rows: list[tuple[float, str, str]] = field(default_factory=list)
 
     def top_symbols(self, k: int) -> list[dict[str, Any]]:
         """The k symbols with most samples."""

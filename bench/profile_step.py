@@ -15,6 +15,7 @@ threads spin at barriers, and any other load distorts every number here.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -29,7 +30,7 @@ import swarmkv as sk
 from swarmkv.batch import Batch
 from swarmkv.context import Context
 from swarmkv.context_config import ContextConfig
-from swarmkv.decoding import chunk_bounds
+from swarmkv.decoding import chunk_bounds, prefill_chunks
 from swarmkv_bench.workload import document
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,16 +47,12 @@ def open_context(model: sk.Model, n_doc: int, n: int, steps: int, exact: bool) -
 
 
 def prefill(ctx: Context, tokens: list[int], batch: Batch) -> list[float]:
-    """Decode tokens on seq 0 in n_batch chunks; ms of each chunk."""
-    times = []
-    for lo, hi in chunk_bounds(len(tokens), ctx.n_batch):
-        batch.clear()
-        for pos in range(lo, hi):
-            batch.add(tokens[pos], pos, (0,), pos == hi - 1)
-        t = time.perf_counter_ns()
-        ctx.decode(batch)
-        times.append((time.perf_counter_ns() - t) / 1e6)
-    return times
+    """Decode tokens on seq 0 in n_batch chunks as the pipeline does (prefill_chunks); ms of
+    each chunk."""
+    marks = [time.perf_counter_ns()]
+    bounds = chunk_bounds(len(tokens), ctx.n_batch)
+    prefill_chunks(ctx, tokens, 0, bounds, batch, lambda _hi: marks.append(time.perf_counter_ns()))
+    return [(b - a) / 1e6 for a, b in itertools.pairwise(marks)]
 
 
 def step_runner(ctx: Context, batch: Batch, seqs: list[int], start: int) -> Callable[[], float]:
@@ -98,7 +95,7 @@ class Measure:
             with profile(self.build_dir) as prof:
                 for _ in range(steps):
                     run()
-            out["ops"] = op_table(prof.samples(), out["ms_median"])
+            out["ops"] = op_table(prof.rows, out["ms_median"])
             out["top_symbols"] = prof.top_symbols(12)
         return out
 
