@@ -4,6 +4,9 @@ replace, side by side in one run: prefill chunk, 1-branch step and N-branch step
 with both on and both off (SWARMKV_SKINNY_GEMM and SWARMKV_BI_ATTN = 1 / 0). Attention's
 new path serves batch-invariant mode only, so with --no-exact only the GEMM changes.
 
+--before/--after set other environments to compare, e.g. patch 0005's row tiles against
+row-by-row walking: --before SWARMKV_BI_ATTN_TILE=1 --after SWARMKV_BI_ATTN_TILE=8.
+
 Each trial runs bench/profile_step.py --no-perf in a fresh process per setting, alternating
 on and off; one warm-up trial of each first, then --trials measured ones. Prints median
 [min-max] over trials of each phase's median ms, and the off/on ratio, and writes JSON (-o).
@@ -25,14 +28,25 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SETTINGS = {"before": "0", "after": "1"}  # the value of both switches
+SWITCHES = ("SWARMKV_SKINNY_GEMM", "SWARMKV_BI_ATTN")
+SETTINGS = ("before", "after")
 
 
-def one_trial(flags: list[str], switch: str) -> dict[str, float]:
-    """Phase name -> median ms of one profile_step run with the new kernels on ("1") or off."""
+def env_of(assignments: list[str] | None, default: str) -> dict[str, str]:
+    """NAME=VALUE assignments as a dict; both patch switches set to `default` when none."""
+    if not assignments:
+        return dict.fromkeys(SWITCHES, default)
+    pairs = [a.split("=", 1) for a in assignments]
+    if any(len(p) != 2 or not p[0] for p in pairs):
+        raise SystemExit(f"expected NAME=VALUE, got {assignments}")
+    return dict(pairs)
+
+
+def one_trial(flags: list[str], settings: dict[str, str]) -> dict[str, float]:
+    """Phase name -> median ms of one profile_step run under the given environment settings."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "p.json"
-        env = {**os.environ, "SWARMKV_SKINNY_GEMM": switch, "SWARMKV_BI_ATTN": switch}
+        env = {**os.environ, **settings}
         cmd = [sys.executable, str(HERE / "profile_step.py"), "--no-perf", *flags, "-o", str(out)]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         phases = json.loads(out.read_text())["phases"]
@@ -60,14 +74,18 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--before", nargs="+", metavar="NAME=VALUE", help="default: switches 0")
+    ap.add_argument("--after", nargs="+", metavar="NAME=VALUE", help="default: switches 1")
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
+    settings = {"before": env_of(args.before, "0"), "after": env_of(args.after, "1")}
     flags = ["--doc-tokens", str(args.doc_tokens), "--branches", args.branches]
     flags += ["--steps", str(args.steps), "--exact" if args.exact else "--no-exact"]
+    print(f"before: {settings['before']}  after: {settings['after']}")
     trials: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
     for trial in range(args.trials + 1):  # trial 0 is the warm-up
-        for name, switch in SETTINGS.items():
-            result = one_trial(flags, switch)
+        for name in SETTINGS:
+            result = one_trial(flags, settings[name])
             if trial > 0:
                 trials[name].append(result)
     rows = table(trials)

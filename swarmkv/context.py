@@ -30,7 +30,7 @@ from .owned import Owned
 if TYPE_CHECKING:
     from .batch import Batch
 
-__all__ = ["Context", "PerfCounters", "context_params"]
+__all__ = ["Context", "MemoryBytes", "PerfCounters", "context_params"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,16 @@ class PerfCounters:
     t_eval_ms: float
     n_p_eval: int
     n_eval: int
+
+
+@dataclass(frozen=True)
+class MemoryBytes:
+    """A context's memory as llama.cpp accounts it (allocated buffers, all devices), in bytes:
+    the model's weights, the context's own memory (the KV cache) and its compute buffers."""
+
+    model: int
+    kv: int
+    compute: int
 
 
 class Context(Owned):
@@ -262,6 +272,12 @@ class Context(Owned):
                 "settings, or corrupt: see the swarmkv.llama log)"
             )
         return n
+
+    def memory_bytes(self) -> MemoryBytes:
+        """llama.cpp's own accounting of this context's buffers (patch 0006)."""
+        sizes = ffi.new("size_t[3]")
+        lib.llama_swarmkv_memory_bytes(self.ptr, sizes, sizes + 1, sizes + 2)
+        return MemoryBytes(int(sizes[0]), int(sizes[1]), int(sizes[2]))
 
     def perf(self) -> PerfCounters:
         """Decode counters since the last reset (llama_perf_context), after llama_synchronize."""

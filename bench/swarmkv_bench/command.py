@@ -32,18 +32,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="comma list: baseline, host, fork (llama.cpp's fastest kernels), variants like "
         "fork+inv (batch-invariant: what `swarmkv run` does by default), fork+exact, "
         "fork+streams, fork+per_branch, fork+fa_off, host+swa_window, and peers "
-        "server-np1, server-npN (llama-server with --swa-full, like for like), "
+        "server-np1, server-npN (one unified KV buffer), server-npNslots (a KV cache per "
+        "slot) (llama-server with --swa-full, like for like), "
         "server-np1+swa_window, server-npN+swa_window (its default)",
     )
     p.add_argument("-n", "--n-predict", type=int, default=32)
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument(
+        "--reference-trials",
+        type=int,
+        default=None,
+        metavar="K",
+        help="run the baselines in only the first K measured trials, without warm-up (the "
+        "report labels them; later trials are checked against their last result): 32 "
+        "independent contexts take minutes per trial",
+    )
     p.add_argument("--doc", type=Path, default=None, help="a real text file instead of the fox")
     p.add_argument("-m", "--model", type=Path, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=None)
+    p.add_argument("--peers", action="store_true", help="add every llama-server setup to --modes")
     p.add_argument(
-        "--peers", action="store_true", help="add all four llama-server setups to --modes"
+        "--no-memory-probe",
+        dest="memory_probe",
+        action="store_false",
+        help="skip the run of each mode in a fresh process that measures its own peak RSS",
     )
     p.add_argument("--out", type=Path, default=Path("results"))
     p.set_defaults(func=run)
@@ -100,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.peers:
         modes += PEERS
+    if args.reference_trials is not None and not 1 <= args.reference_trials <= args.trials:
+        raise ConfigError(
+            f"--reference-trials must be between 1 and --trials ({args.trials}), "
+            f"got {args.reference_trials}"
+        )
     opts = BenchOptions(
         model_path=args.model or default_model_path(),
         configs=configs_of(args),
@@ -112,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
         paper=args.paper,
         out_dir=args.out,
         command=shlex.join(["swarmkv", *sys.argv[1:]]),
+        memory_probe=args.memory_probe,
+        reference_trials=args.reference_trials,
     )
-    total = len(opts.configs) * (opts.trials + opts.warmup)
+    total = len(opts.configs) * (opts.trials + opts.warmup + opts.memory_probe)
     bench = run_bench(opts, progress=_ProgressBar(total))
     outputs = write_outputs(bench)
     sys.stdout.write(f"wrote {len(outputs.files)} files to {outputs.out_dir}\n")
@@ -135,7 +156,7 @@ class _ProgressBar:
         self.key: str | None = None
 
     def __call__(self, message: str) -> None:
-        key = message.rsplit(" ", 1)[0]  # "<config> trial <t>"
+        key = message.rsplit(" ", 1)[0]  # "<config> trial <t>" or "<config> memory"
         if self.key is not None and key != self.key:
             self.bar.update(1)
         self.key = key

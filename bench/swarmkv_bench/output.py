@@ -1,11 +1,15 @@
-"""Turn a BenchRun into best_run.json, all_trials.csv, plots/*.png and report.md."""
+"""Turn a BenchRun into best_run.json, all_trials.csv, plots/*.png, report.md and, with
+python-docx installed, report.docx."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from .docx_report import docx_available, write_docx
+from .limitations import limitations
 from .metrics import Speedup, speedups, summarize
 from .plots import make_all_plots
 from .report import Target, write_report
@@ -13,18 +17,6 @@ from .runner import BenchRun
 from .targets import all_targets
 from .writers import write_best_run_json, write_csv
 
-LIMITATIONS = [
-    "CPU only (2 cores here): GPU numbers need the CUDA build and a GPU machine.",
-    "The paper's exact prompts are not published; two stand-in questions are used.",
-    "host runs branch contexts one at a time (ConcurrencyPolicy(max_contexts=1)): on a CPU "
-    "every context already uses all cores. branch_activation_ms starts when a branch may "
-    "start: its input is ready and the policy has given it a context, as for the baseline, "
-    "whose branches also queue; the time queued is in all_trials.csv (extra.wait_ms_total).",
-    "Peers (llama-server) tokenize document + prompt as one string, so only token equality "
-    "is comparable; their server start-up is excluded from e2e.",
-    "fork (unified + batched) matches the baseline except at near-ties (batched kernels round "
-    "differently); fork+exact is bit-identical.",
-]
 BREAKDOWN_KEYS = (
     "prompt_ms",
     "gen_ms",
@@ -33,6 +25,8 @@ BREAKDOWN_KEYS = (
     "gen_decode_ms",
     "python_overhead_pct",
 )
+
+log = logging.getLogger("swarmkv.bench")
 
 
 @dataclass(frozen=True)
@@ -78,13 +72,20 @@ def write_outputs(run: BenchRun) -> BenchOutputs:
         sp,
         run.records,
         targets,
-        [*LIMITATIONS, *run.notes],
+        limitations(run, summaries),
         plots,
         run.options.command,
     )
     with report.open("a", encoding="utf-8") as f:
         f.write("\n" + breakdown_markdown(run))
-    return BenchOutputs(out, targets, [*files, report, *plots])
+    files += [report, *plots]
+    if docx_available():
+        files.append(write_docx(report, out / "report.docx"))
+    else:
+        log.info(
+            "report.docx skipped: python-docx is not installed (pip install 'swarmkv[report]')"
+        )
+    return BenchOutputs(out, targets, files)
 
 
 def breakdown_markdown(run: BenchRun) -> str:

@@ -25,10 +25,12 @@ from .sysinfo import proc_status_bytes
 
 log = logging.getLogger("swarmkv.bench.peer")
 
-# The llama-server setups, named once: np1 (one slot, branches in turn) and npN (one slot per
-# branch, one unified KV buffer). Bench mode names are these with "server-" before them.
-Setup = Literal["np1", "npN"]
-SETUPS: tuple[Setup, ...] = ("np1", "npN")
+# The llama-server setups, named once: np1 (one slot, branches in turn), npN (one slot per
+# branch, one unified KV buffer, so slots can share the document's cells) and npNslots (one
+# slot per branch, each with its own KV cache: every slot prefills the document itself).
+# Bench mode names are these with "server-" before them.
+Setup = Literal["np1", "npN", "npNslots"]
+SETUPS: tuple[Setup, ...] = ("np1", "npN", "npNslots")
 ENV_SERVER = "SWARMKV_LLAMA_SERVER"
 SERVER_RELPATH = Path("build/llama-server/bin/llama-server")
 HOST = "127.0.0.1"  # the peer is a local benchmark subject: never listen beyond loopback

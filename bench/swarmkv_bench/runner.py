@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from swarmkv import LLAMA_CPP_COMMIT, info
-from swarmkv.context_config import default_threads
+from swarmkv.context_config import ContextConfig, default_threads
 from swarmkv.errors import SwarmKVError
 from swarmkv.interrupt import Interrupted
 from swarmkv.model import Model
 from swarmkv.pipeline import Pipeline
 from swarmkv.results import PipelineResult
 
+from . import memprobe
 from .modes import ModeSpec, peer_setup, split_modes
 from .records import TrialRecord, from_pipeline_result
-from .sysinfo import PeakRSS
 from .workload import BenchConfig, document, prompts_for
 
 log = logging.getLogger("swarmkv.bench")
@@ -29,6 +29,17 @@ log = logging.getLogger("swarmkv.bench")
 # Keeping every step's logits (4 bytes x 262k vocab) lets a divergence be judged as a
 # near-tie; past this many branch-steps only the first step is kept, to bound memory.
 ALL_LOGITS_LIMIT = 1200
+# A request may wait for every other slot's prefill (npNslots: each slot prefills the whole
+# document itself), so the limit grows with the branches: about 7 s per 3501-token prefill on
+# two cores, with room for slower machines.
+PEER_TIMEOUT_BASE_S = 600.0
+PEER_TIMEOUT_PER_BRANCH_DOC_TOKEN_S = 0.01
+
+
+def peer_timeout_s(cfg: BenchConfig) -> float:
+    """The per-request timeout of a llama-server trial for cfg (seconds)."""
+    work = cfg.n_branches * (cfg.doc_tokens + cfg.n_predict)
+    return PEER_TIMEOUT_BASE_S + PEER_TIMEOUT_PER_BRANCH_DOC_TOKEN_S * work
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,8 @@ class BenchOptions:
     out_dir: Path = Path("results")
     command: str = ""
     peer_bin: Path | None = None
+    memory_probe: bool = True  # each mode's peak RSS from a fresh process (memprobe)
+    reference_trials: int | None = None  # baselines in fewer trials (32 contexts are slow)
 
 
 @dataclass
@@ -78,19 +91,54 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
             doc = document(model, cfg.doc_tokens, opts.doc_path)
             prompts = prompts_for(cfg.n_branches, opts.paper)
             pipes = {
-                s.name: _pipeline(
+                s.name: pipeline_for(
                     opts, (flat or model) if s.batch_invariant else model, s, doc, prompts, cfg
                 )
                 for s in specs
             }
+            refs: dict[str, PipelineResult] = {}  # the baselines' latest results
             try:
                 for trial in range(-opts.warmup, opts.trials):
-                    base = _trial(run, cfg, trial, specs, pipes, progress)
+                    base = _trial(run, cfg, trial, specs, pipes, progress, refs)
                     _peer_trials(run, cfg, trial, peers, (doc, prompts), base, model, progress)
             finally:
                 for p in pipes.values():
                     p.close()
+            if opts.memory_probe:
+                _memory_pass(run, cfg, specs, (doc, prompts), progress)
     return run
+
+
+def _memory_pass(
+    run: BenchRun,
+    cfg: BenchConfig,
+    specs: list[ModeSpec],
+    work: tuple[str, list[str]],
+    progress: Progress | None,
+) -> None:
+    """Each mode once more in a fresh process (memprobe): its peak RSS goes on every record of
+    that mode and config, so the memory column is the mode's own and not the bench's."""
+    opts = run.options
+    request = {
+        "model": str(opts.model_path),
+        "threads": opts.threads,
+        "n_batch": opts.n_batch,
+        "n_ctx": opts.n_ctx,
+    }
+    for spec in specs:
+        if progress:
+            progress(f"{cfg.config_id} memory {spec.name}")
+        try:
+            mem = memprobe.measure(request | {"mode": spec.name}, cfg, *work)
+        except SwarmKVError as exc:
+            _note(run, f"{cfg.config_id} {spec.name} memory probe failed: {exc}")
+            continue
+        run.records[:] = [
+            dataclasses.replace(r, peak_rss_bytes=mem["peak_rss_bytes"])
+            if (r.config_id, r.mode) == (cfg.config_id, spec.name)
+            else r
+            for r in run.records
+        ]
 
 
 @contextlib.contextmanager
@@ -107,6 +155,8 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
     facts = info()
     gpus = [f"{d['name']} ({d['description']})" for d in facts["devices"] if d["type"] == "GPU"]
     build = facts["build"]
+    base = ContextConfig()  # what every mode starts from (variants named in the mode)
+    devices = [f"{d['type']} {d['name']}" for d in facts["devices"]]
     return {
         "model": model.path.name,
         "model_params": model.n_params,
@@ -119,9 +169,10 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
         "ggml_cpu_features": " ".join(facts["ggml_cpu_features"]),
         "gpu": ", ".join(gpus) if gpus else "none",
         "host_pool": facts["host_pool"]["buffer_type"],
-        "kv_dtype": "f16",
-        "swa_full": "true (default; +swa_window variants: false)",
-        "flash_attn": "auto, resolved by llama.cpp per device (+fa_off variants: off)",
+        "kv_dtype": f"K {base.type_k}, V {base.type_v}",
+        "swa_full": f"{str(base.resolved_swa_full(model)).lower()} (model window "
+        f"{model.n_swa or 'none'}; +swa_window variants: false)",
+        "flash_attn": f"{base.flash_attn} ({', '.join(devices)}; +fa_off variants: off)",
         "n_batch": opts.n_batch,
         "n_ctx": opts.n_ctx or "smallest that fits (rounded to 256)",
         "trials": opts.trials,
@@ -130,9 +181,10 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
     }
 
 
-def _pipeline(
+def pipeline_for(
     opts: BenchOptions, model: Model, spec: ModeSpec, doc: str, prompts: list[str], cfg: BenchConfig
 ) -> Pipeline:
+    """The Pipeline one mode runs in one config: the document's prefill and every branch."""
     p = Pipeline(
         model,
         n_ctx=_n_ctx(opts, spec, cfg),
@@ -164,16 +216,24 @@ def _trial(
     specs: list[ModeSpec],
     pipes: dict[str, Pipeline],
     progress: Progress | None,
+    refs: dict[str, PipelineResult],
 ) -> dict[str, list[int]]:
-    """Run every mode once; returns the plain baseline's tokens per branch (for peers)."""
-    keep: bool | str = "all" if cfg.n_branches * cfg.n_predict <= ALL_LOGITS_LIMIT else True
+    """Run every mode once; returns the plain baseline's tokens per branch (for peers).
+
+    With reference_trials set, baselines run only in the first that many measured trials
+    (no warm-up) and later trials are checked against their last result, kept in refs.
+    """
+    keep = logits_kept(specs, cfg)
     done: dict[str, PipelineResult] = {}
     for spec in specs:  # baselines first: every other mode is checked against its reference
+        if not _runs_in(run.options, spec, trial):
+            if spec.name in refs:
+                done[spec.name] = refs[spec.name]
+            continue
         if progress:
             progress(f"{cfg.config_id} trial {trial} {spec.name}")
         try:
-            with PeakRSS() as rss:
-                res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
+            res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
         except Interrupted:
             raise  # Ctrl-C ends the benchmark, it is not a broken mode
         except SwarmKVError as exc:  # one broken mode must not sink the whole run
@@ -190,15 +250,32 @@ def _trial(
             n_predict=cfg.n_predict,
             is_warmup=trial < 0,
             baseline=ref,
-            peak_rss_bytes=rss.peak,
             n_branches=cfg.n_branches,
             doc_tokens=cfg.doc_tokens,
             extra={**res.decode_stats, **_waits(res)},
         )
         run.records.append(dataclasses.replace(rec, mode=spec.name))
         done[spec.name] = res
+        if spec.mode == "baseline":
+            refs[spec.name] = res
     base = done.get("baseline")
     return {n: list(b.tokens) for n, b in base.branches.items()} if base else {}
+
+
+def logits_kept(specs: list[ModeSpec], cfg: BenchConfig) -> bool | str:
+    """What every mode keeps for the fidelity check: each branch's first-step logits, or every
+    step's ("all") when a mode that may diverge at a near-tie runs, which that judgement needs.
+    Copying logits is timed with the run (about 3 ms per row and step here), so only then."""
+    may_diverge = any(not s.claims_exact for s in specs if s.mode != "baseline")
+    small = cfg.n_branches * cfg.n_predict <= ALL_LOGITS_LIMIT
+    return "all" if may_diverge and small else True
+
+
+def _runs_in(opts: BenchOptions, spec: ModeSpec, trial: int) -> bool:
+    """Whether spec runs in this trial (negative: warm-up): baselines may run fewer trials."""
+    if spec.mode != "baseline" or opts.reference_trials is None:
+        return True
+    return 0 <= trial < opts.reference_trials
 
 
 def _waits(res: PipelineResult) -> dict[str, float]:
@@ -255,6 +332,7 @@ def _peer_trials(
             baseline_tokens=base or None,
             branch_names=[f"b{i + 1}" for i in range(cfg.n_branches)],
             tokenizer=model,  # sizes -c from the model already loaded, not a second load
+            timeout_s=peer_timeout_s(cfg),
         )
         run.records.append(  # the record names its setup; ours add the +swa_window variant
             dataclasses.replace(

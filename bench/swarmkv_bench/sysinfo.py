@@ -1,10 +1,9 @@
-"""Measurements of the machine itself: peak RSS sampling, memcpy bandwidth.
+"""Measurements of the machine itself: /proc status fields, memcpy bandwidth.
 
 The machine's description (CPU, build, devices) comes from swarmkv.info()."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -27,32 +26,6 @@ def proc_status_bytes(key: str, pid: int | str = "self") -> int | None:
 def rss_bytes() -> int:
     """This process's resident set size (VmRSS) in bytes; 0 where /proc is not there."""
     return proc_status_bytes("VmRSS") or 0
-
-
-class PeakRSS:
-    """Samples this process's RSS every few ms while active (ru_maxrss only ever grows, so it
-    cannot tell one trial's peak from an earlier one's)."""
-
-    def __init__(self, interval_s: float = 0.005) -> None:
-        self.interval_s = interval_s
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="swarmkv-rss", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss_bytes())
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> PeakRSS:
-        self.peak = rss_bytes()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
 
 
 def memcpy_ms(nbytes: int, repeats: int = 7) -> float:

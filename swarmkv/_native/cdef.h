@@ -155,6 +155,7 @@ void llama_sampler_reset(struct llama_sampler * smpl);
 void llama_sampler_free(struct llama_sampler * smpl);
 
 /* memory (KV cache) */
+void llama_swarmkv_memory_bytes(const struct llama_context * ctx, size_t * model, size_t * context, size_t * compute);
 llama_memory_t llama_get_memory(const struct llama_context * ctx);
 void llama_memory_clear(llama_memory_t mem, bool data);
 bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);

@@ -109,7 +109,9 @@ class Plan:
 
     def context(self, n_ctx: int, **kw: Any) -> Context:
         """A new Context of n_ctx cells with the base config; kw overrides other fields."""
-        return Context(self.model, replace(self.base, n_ctx=n_ctx, **kw))
+        ctx = Context(self.model, replace(self.base, n_ctx=n_ctx, **kw))
+        self.ledger.context_opened(ctx)
+        return ctx
 
     def upstream_text(self, b: BranchNode, inputs: dict[str, Any]) -> dict[str, str]:
         """The text of each upstream branch b's prompt names as {name}, from the node inputs."""

@@ -19,7 +19,6 @@ from ..dag import Dag, DagResult, NodeContext, NodeResult
 from ..decoding import BranchState
 from ..decoding import prefill_chunks as _prefill
 from ..errors import ConfigError
-from ..kvmath import estimate_kv_bytes
 from ..model import Model
 from ..modes import ForkOptions
 from ..nodes import BranchNode
@@ -198,10 +197,4 @@ def _fork_wave(
             )
         except Exception as exc:
             out[b.name] = exc
-    plan.ledger.kv_cells_bytes(_cells_bytes(plan, [st for _, st in live]))
     return {**prior, **out}
-
-
-def _cells_bytes(plan: Plan, states: list[BranchState]) -> int:
-    cells = len(plan.doc_tokens) + sum(len(s.prompt_tokens) + len(s.tokens) for s in states)
-    return estimate_kv_bytes(plan.model, cells, plan.base.type_k, plan.base.type_v)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..context import Context
     from ..snapshot import KVSnapshot
 
 
@@ -28,6 +30,7 @@ class RunLedger:
         self._snapshots: list[KVSnapshot] = []
         self._snapshot_bytes = 0
         self._kv_bytes: int | None = None
+        self._open: list[tuple[weakref.ref[Context], int]] = []  # contexts and their KV bytes
 
     # -- writers (node threads) -----------------------------------------------------------
     def prefill_done(self, elapsed_ns: int) -> None:
@@ -50,10 +53,14 @@ class RunLedger:
             if full:
                 self._snapshot_bytes = snap.nbytes
 
-    def kv_cells_bytes(self, nbytes: int) -> None:
-        """Report a KV footprint; the run keeps the largest reported."""
+    def context_opened(self, ctx: Context) -> None:
+        """Count ctx's KV buffers as llama.cpp accounts them; kv_bytes is then the largest
+        sum over the contexts open at once (KV memory only grows when a context opens)."""
+        kv = ctx.memory_bytes().kv
         with self._lock:
-            self._kv_bytes = max(self._kv_bytes or 0, nbytes)
+            self._open = [(r, n) for r, n in self._open if _is_open(r)]
+            self._open.append((weakref.ref(ctx), kv))
+            self._kv_bytes = max(self._kv_bytes or 0, sum(n for _, n in self._open))
 
     # -- readers --------------------------------------------------------------------------
     def ready_ns(self, n_tokens: int) -> int:
@@ -79,7 +86,8 @@ class RunLedger:
 
     @property
     def kv_bytes(self) -> int | None:
-        """The largest KV footprint reported, None when no mode reported one."""
+        """The most KV buffer bytes allocated at once (llama.cpp's accounting), None before
+        any context opened."""
         with self._lock:
             return self._kv_bytes
 
@@ -89,3 +97,8 @@ class RunLedger:
             snaps, self._snapshots = self._snapshots, []
         for snap in snaps:
             snap.release()
+
+
+def _is_open(ref: weakref.ref[Context]) -> bool:
+    ctx = ref()
+    return ctx is not None and not ctx.closed

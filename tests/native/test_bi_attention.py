@@ -86,3 +86,28 @@ def test_matches_softmax_attention() -> None:
             p = np.exp(s - s.max())
             want = (p / p.sum()) @ vf
             np.testing.assert_allclose(got[t, h], want, rtol=0, atol=2e-5)
+
+
+def test_every_row_of_a_forked_batch_gets_its_bits_alone() -> None:
+    """The fork layout: 32 rows share a 203-cell prefix, then each sees its own 1 to 32 cells,
+    interleaved in the cache with the others'. Rows are walked in tiles that advance group by
+    group together and share the f32 copy of a group's K and V when they read the same cells:
+    rows that run out early, and odd rows that skip cell 5 (so every group of theirs holds
+    other cells than the even rows'), must get their own cells' values all the same."""
+    rng = np.random.default_rng(11)
+    n_q, prefix = 32, 203
+    own = [1 + (7 * r) % 32 for r in range(n_q)]
+    owner = rng.permutation(np.repeat(np.arange(n_q), own))  # whose cell each tail slot is
+    n_kv = prefix + owner.size
+    q = rng.standard_normal((n_q, HEADS, DK)).astype(np.float32)
+    k = rng.standard_normal((n_kv, KV_HEADS, DK)).astype(np.float16)
+    v = rng.standard_normal((n_kv, KV_HEADS, DV)).astype(np.float16)
+    mask = np.full((n_q, n_kv), -np.inf)
+    mask[:, :prefix] = 0.0
+    mask[1::2, 5] = -np.inf
+    mask[owner, prefix + np.arange(owner.size)] = 0.0
+    batch = attention(q, k, v, mask, threads=2)
+    for r in range(n_q):
+        seen = mask[r] == 0.0
+        alone = attention(q[r : r + 1], k[seen], v[seen], np.zeros((1, int(seen.sum()))))
+        np.testing.assert_array_equal(batch[r], alone[0], err_msg=f"row {r}")

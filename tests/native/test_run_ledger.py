@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from swarmkv import Context, Model
 from swarmkv.handoff.ledger import RunLedger
 
 
@@ -27,7 +28,6 @@ def test_concurrent_records_are_all_kept() -> None:
             ledger.prefill_done(i)
             ledger.keep_snapshot(snaps[i])  # type: ignore[arg-type]
             ledger.prefix_ready(i, share_ns=2 * i)
-            ledger.kv_cells_bytes(i)
 
     threads = [threading.Thread(target=node, args=(k,)) for k in range(8)]
     for t in threads:
@@ -36,7 +36,7 @@ def test_concurrent_records_are_all_kept() -> None:
         t.join()
     assert ledger.prefill_median_ns() == 31  # median of 0..63, truncated
     assert all(ledger.share_ns(i) == 2 * i and ledger.ready_ns(i) > 0 for i in range(64))
-    assert ledger.share_ns(99) == 0 and ledger.kv_bytes == 63
+    assert ledger.share_ns(99) == 0
     ledger.release_snapshots()
     ledger.release_snapshots()  # forgotten after the first: nothing is released twice
     assert [s.released for s in snaps] == [1] * 64
@@ -48,3 +48,25 @@ def test_full_snapshot_sets_the_run_size() -> None:
     ledger.keep_snapshot(FakeSnapshot(10))  # type: ignore[arg-type]
     ledger.keep_snapshot(FakeSnapshot(99), full=True)  # type: ignore[arg-type]
     assert ledger.snapshot_bytes == 99
+
+
+def test_kv_bytes_is_the_most_kv_allocated_at_once_by_llama_cpps_accounting(
+    tiny_model: Model,
+) -> None:
+    """Context.memory_bytes reads llama.cpp's buffers (patch 0006): the KV buffer doubles with
+    the cells; the ledger's kv_bytes is the largest sum over contexts open together."""
+    ledger = RunLedger()
+    with Context(tiny_model, n_ctx=256) as small, Context(tiny_model, n_ctx=512) as big:
+        s, b = small.memory_bytes(), big.memory_bytes()
+        assert s.kv > 0 and b.kv == 2 * s.kv
+        assert s.model == b.model > 0 and s.compute > 0
+        ledger.context_opened(small)
+        ledger.context_opened(big)
+        assert ledger.kv_bytes == s.kv + b.kv
+    with Context(tiny_model, n_ctx=256) as again:  # the two above are closed: not counted
+        ledger.context_opened(again)
+    assert ledger.kv_bytes == s.kv + b.kv
+    fresh = RunLedger()
+    with Context(tiny_model, n_ctx=256) as one:
+        fresh.context_opened(one)
+    assert fresh.kv_bytes == s.kv

@@ -537,6 +537,33 @@ def test_run_peer_trial_with_fake_binary(fake_binary: Path) -> None:
     assert math.isfinite(rec.e2e_ms) and rec.e2e_ms < rec.extra["server_start_ms"] + 10_000
 
 
+def test_per_slot_caches_run_n_slots_without_a_unified_buffer(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    """npNslots: one slot per branch, each with its own KV cache (-c split over the slots)."""
+    log_path = tmp_path / "server.log"
+    rec = run_peer_trial(
+        fake_binary, Path("/m/model.gguf"), doc=DOC, prompts=PROMPTS[:2], n_predict=3,
+        threads=1, setup="npNslots", swa_full=True, flash_attn="off", n_batch=64,
+        config_id="cfg", trial=1, is_warmup=False, baseline_tokens=None,
+        branch_names=NAMES[:2], n_ctx=512, doc_tokens=11, timeout_s=30, log_path=log_path,
+    )  # fmt: skip
+    assert rec.mode == "server-npNslots" and rec.tokens_generated == 6
+    args = log_path.read_text()
+    assert "-np 2" in args and "--kv-unified" not in args.replace("--no-kv-unified", "")
+
+
+def test_peer_timeout_grows_with_the_work() -> None:
+    from swarmkv_bench.runner import peer_timeout_s
+    from swarmkv_bench.workload import BenchConfig
+
+    small, wide = (
+        peer_timeout_s(BenchConfig(2, 3501, 32)),
+        peer_timeout_s(BenchConfig(64, 3501, 32)),
+    )
+    assert small >= 600 and wide > small + 2000  # 64 slots each prefilling 3501 tokens
+
+
 if __name__ == "__main__":
     _fake_binary_main(sys.argv[1:])
 
@@ -544,8 +571,16 @@ if __name__ == "__main__":
 def test_peer_names_are_parsed_from_one_list() -> None:
     from swarmkv_bench.modes import PEERS, peer_setup
 
-    assert PEERS == ("server-np1", "server-npN", "server-np1+swa_window", "server-npN+swa_window")
+    assert PEERS == (
+        "server-np1",
+        "server-npN",
+        "server-npNslots",
+        "server-np1+swa_window",
+        "server-npN+swa_window",
+        "server-npNslots+swa_window",
+    )
     assert peer_setup("server-npN") == ("npN", True)
+    assert peer_setup("server-npNslots") == ("npNslots", True)
     assert peer_setup("server-np1+swa_window") == ("np1", False)
     with pytest.raises(ConfigError, match="unknown peer"):
         peer_setup("server-np2")

@@ -520,3 +520,10 @@ def test_absurd_thread_count_is_refused_before_loading(
     doc.write_text("A short document.\n")
     assert main(["run", "--doc", str(doc), "--branch", " Q", "-t", "3000000000", "-m", "/x"]) == 2
     assert "threads must be at most 512" in capsys.readouterr().err
+
+
+def test_bench_reference_trials_must_fit_the_trials(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert main(["bench", "--trials", "2", "--reference-trials", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--reference-trials must be between 1 and --trials (2), got 3" in err

@@ -1,0 +1,132 @@
+"""The report's limitations come from the run, report.docx carries the report with its plots,
+and the memory pass puts each mode's own peak RSS on that mode's records."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmkv_bench import memprobe, runner
+from swarmkv_bench.docx_report import write_docx
+from swarmkv_bench.limitations import limitations
+from swarmkv_bench.metrics import summarize
+from swarmkv_bench.modes import split_modes
+from swarmkv_bench.runner import BenchOptions, BenchRun
+from swarmkv_bench.synthetic import synthetic_records
+from swarmkv_bench.workload import BenchConfig
+
+CFG = BenchConfig(2, 3501, 32)
+SETUP = {"cpu": "Some CPU (2 cores)", "threads": 2, "build": "CPU native", "gpu": "none"}
+
+
+def _run(**opts: Any) -> BenchRun:
+    options = BenchOptions(model_path=Path("m.gguf"), configs=(CFG,), **opts)
+    return BenchRun(options, records=synthetic_records(), setup=dict(SETUP))
+
+
+def test_limitations_are_written_from_the_run() -> None:
+    run = _run()
+    first = limitations(run, summarize(run.records))
+    assert "CPU only (Some CPU (2 cores), 2 threads" in first[0]
+    assert any("llama-server" in line for line in first)  # server-np1 ran
+    assert not any("host decodes one branch" in line for line in first)  # no waits recorded
+    assert not any("checked trials differ" in line or "fewer than the 3" in line for line in first)
+
+    run = _run(trials=1, memory_probe=False)
+    run.setup["gpu"] = "NVIDIA H200"
+    run.records = [
+        dataclasses.replace(r, extra={"wait_ms_max": 12.5 + r.trial}) if r.mode == "host" else r
+        for r in synthetic_records(
+            modes=("baseline", "host"), mismatch=("N2-doc3501-p32", "host", 2)
+        )
+    ]
+    run.notes.append("a note from the run")
+    second = limitations(run, summarize(run.records))
+    assert second[0].startswith("Measured with GPU NVIDIA H200")
+    assert any("queued up to 15.5 ms" in line for line in second)  # the largest measured wait
+    assert any("host in N2-doc3501-p32: 1 of 3 checked trials differ" in s for s in second)
+    assert not any("llama-server" in line for line in second)
+    assert any("--no-memory-probe" in line for line in second)
+    assert any("1 measured trial(s)" in line for line in second)
+    assert second[-1] == "a note from the run"
+
+
+def test_report_docx_holds_headings_tables_bullets_and_the_plots(tmp_path: Path) -> None:
+    docx = pytest.importorskip("docx", reason="python-docx is in the test extra")
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    (tmp_path / "plots").mkdir()
+    plt.plot([1, 2], [3, 4])
+    plt.savefig(tmp_path / "plots" / "e2e.png")
+    plt.close("all")
+    md = tmp_path / "report.md"
+    md.write_text(
+        "# SwarmKV benchmark report\n\nA **bold** claim with `code`.\n\n## Results\n\n"
+        "| mode | e2e_ms |\n|---|--:|\n| fork | 12.5 |\n| **host** | 30.0 |\n\n"
+        "- a limitation\n\n![e2e](plots/e2e.png)\n\n![missing](plots/none.png)\n",
+        encoding="utf-8",
+    )
+    out = write_docx(md, tmp_path / "report.docx")
+    doc = docx.Document(str(out))
+    texts = [p.text for p in doc.paragraphs]
+    assert texts[0] == "SwarmKV benchmark report" and "Results" in texts
+    assert "A bold claim with code." in texts and "a limitation" in texts
+    (table,) = doc.tables
+    assert [[c.text for c in row.cells] for row in table.rows] == [
+        ["mode", "e2e_ms"],
+        ["fork", "12.5"],
+        ["host", "30.0"],
+    ]
+    assert len(doc.inline_shapes) == 1  # the plot that exists, embedded
+
+
+def test_memory_pass_puts_each_modes_own_peak_on_its_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def fake_measure(request: dict[str, Any], cfg: BenchConfig, *work: Any) -> dict[str, Any]:
+        asked.append(request["mode"])
+        if request["mode"] == "host":
+            raise memprobe.SwarmKVError("memory probe of host exited 1: boom")
+        return {"peak_rss_bytes": 1000 + len(asked), "model_rss_bytes": 10, "kv_bytes": 5}
+
+    monkeypatch.setattr(memprobe, "measure", fake_measure)
+    run = _run()
+    run.records = [dataclasses.replace(r, config_id=CFG.config_id) for r in run.records]
+    specs, _ = split_modes(["fork", "host"])
+    runner._memory_pass(run, CFG, specs, ("doc", ["q1", "q2"]), None)
+    assert asked == ["baseline", "fork", "host"]
+    peaks = {r.mode: r.peak_rss_bytes for r in run.records}
+    assert peaks["baseline"] == 1001 and peaks["fork"] == 1002
+    assert peaks["host"] == synthetic_records()[-2].peak_rss_bytes  # probe failed: kept
+    assert any("host memory probe failed" in n for n in run.notes)
+
+
+def test_baselines_run_in_the_first_reference_trials_only() -> None:
+    (base, fork), _ = split_modes(["fork"])
+    few = BenchOptions(model_path=Path("m"), configs=(CFG,), trials=3, reference_trials=1)
+    every = BenchOptions(model_path=Path("m"), configs=(CFG,), trials=3)
+    trials = (-1, 0, 1, 2)  # -1: the warm-up
+    assert [runner._runs_in(few, base, t) for t in trials] == [False, True, False, False]
+    assert all(runner._runs_in(few, fork, t) for t in trials)
+    assert all(runner._runs_in(every, base, t) for t in trials)
+    run = _run(reference_trials=1)
+    assert any("Baselines ran in 1 measured trial" in s for s in limitations(run, {}))
+
+
+def test_every_steps_logits_are_kept_only_when_a_mode_may_diverge() -> None:
+    exact, _ = split_modes(["fork+inv", "host+inv", "fork+exact"])
+    loose, _ = split_modes(["fork+inv", "fork"])
+    assert runner.logits_kept(exact, CFG) is True  # first step only: less copying timed
+    assert runner.logits_kept(loose, CFG) == "all"  # near-ties need every step
+    assert runner.logits_kept(loose, BenchConfig(64, 3501, 32)) is True  # memory bound
+    run = _run(modes=("fork",))
+    assert any("kept every step's logits" in s for s in limitations(run, {}))
+    run = _run(modes=("fork+inv",))
+    assert not any("kept every step's logits" in s for s in limitations(run, {}))
