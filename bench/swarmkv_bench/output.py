@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .docx_report import docx_available, write_docx
+from .floor import floor_markdown
 from .limitations import limitations
 from .metrics import Speedup, speedups, summarize
 from .plots import make_all_plots
@@ -78,6 +79,7 @@ def write_outputs(run: BenchRun) -> BenchOutputs:
     )
     with report.open("a", encoding="utf-8") as f:
         f.write("\n" + breakdown_markdown(run))
+        f.write("\n" + floor_markdown(run.records, run.setup))
     files += [report, *plots]
     if docx_available():
         files.append(write_docx(report, out / "report.docx"))

@@ -164,9 +164,10 @@ def _results_section(
             f"{first.doc_tokens} document tokens, n_predict={first.n_predict}",
             "",
             "| mode | trials | e2e_ms median [min–max] | e2e IQR | best e2e | prefill_ms "
-            "| branch_activation_ms[1] | restore_ms (all branches) | tokens_per_s | peak RSS (MiB) "
+            "| branch_activation_ms[1] | first_token_ms[1] | first_token_ms[last] "
+            "| restore_ms (all branches) | tokens_per_s | peak RSS, own process (MiB) "
             "| fidelity |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
         ]
         lines += [_summary_row(s, s.mode in references) for s in group]
         lines += ["", *_activation_table(group), ""]
@@ -204,6 +205,8 @@ def _summary_row(s: ModeSummary, reference: bool) -> str:
         _ms(e2e.min if e2e else None),
         _ms(_med(s.prefill_ms)),
         _spread(act),
+        _spread(s.first_token_ms[1] if len(s.first_token_ms) > 1 else None),
+        _spread(s.first_token_ms[-1] if s.first_token_ms else None),
         _ms(_med(s.restore_all_ms)),
         _num(_med(s.tokens_per_s)),
         _num(s.peak_rss_bytes.median / MIB if s.peak_rss_bytes else None),

@@ -12,6 +12,7 @@ from .sysinfo import memcpy_ms
 
 PAPER = "N2-D3501-P16"
 WIDE = "N32-D3501-P32"
+WIDEST = "N64-D3501-P32"
 Summaries = dict[tuple[str, str], ModeSummary]
 
 
@@ -120,6 +121,35 @@ def wide_targets(
     ]
 
 
+def scale_targets(
+    summaries: Summaries, sp: Sequence[Speedup], records: Sequence[TrialRecord]
+) -> list[Target]:
+    """The scale issue's targets, each from one run: 32 and 64 branches against the baseline
+    (plain and batch-invariant), and a batched step against one branch's step."""
+    out = []
+    for cfg, need in ((WIDE, 20.0), (WIDEST, 25.0)):
+        n = cfg.split("-")[0][1:]
+        for mode, base in (("fork", "baseline"), ("fork+inv", "baseline+inv")):
+            value = _speedup(sp, cfg, mode, base)
+            if value is not None:
+                out.append(Target(f"{n} branches: {mode} vs {base} e2e", value, need, ">=", "x"))
+    for mode, base in (("fork", "baseline"), ("fork+inv", "baseline+inv")):
+        batched = _extra(records, WIDE, mode, "gen_ms_per_step")
+        single = _extra(records, WIDE, base, "gen_ms_per_step")  # one row per step
+        if batched is not None and single is not None:
+            out.append(
+                Target(
+                    f"32 branches: {mode} step / one branch's step",
+                    _ratio(batched, single),
+                    3.0,
+                    "<=",
+                    "x",
+                    f"{batched:.1f} ms / {single:.1f} ms ({base}, same run)",
+                )
+            )
+    return out
+
+
 def restore_target(summaries: Summaries, config_id: str) -> Target | None:
     """host restore per branch against a memcpy of snapshot_bytes, measured now."""
     s = summaries.get((config_id, "host"))
@@ -155,7 +185,7 @@ def _kv_target(summaries: Summaries) -> Target:
         1.5,
         "<=",
         "x",
-        "cells in use x bytes per cell (needs --branches 1,32)",
+        "llama.cpp's allocated KV buffers (needs --branches 1,32)",
     )
 
 
@@ -174,6 +204,7 @@ def all_targets(
         out += paper_targets(sp)
     if WIDE in configs:
         out += wide_targets(summaries, sp, records)
+    out += scale_targets(summaries, sp, records)
     for cfg in sorted(configs):
         t = restore_target(summaries, cfg)
         if t is not None:

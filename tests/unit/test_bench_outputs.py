@@ -130,3 +130,42 @@ def test_every_steps_logits_are_kept_only_when_a_mode_may_diverge() -> None:
     assert any("kept every step's logits" in s for s in limitations(run, {}))
     run = _run(modes=("fork+inv",))
     assert not any("kept every step's logits" in s for s in limitations(run, {}))
+
+
+def test_the_floor_table_states_the_weights_read_floor_and_the_rate() -> None:
+    from swarmkv_bench.floor import floor_markdown, rows_per_step
+
+    records = [
+        dataclasses.replace(r, extra={"gen_ms_per_step": 20.0 if r.mode == "host" else 100.0})
+        for r in synthetic_records(modes=("host", "fork", "fork+exact"))
+    ]
+    assert [rows_per_step(records[i]) for i in range(3)] == [1, 2, 1]
+    setup = {"model_bytes": 200 * 10**6, "model_params": 10**9, "memcpy_gbps": 20.0}
+    table = floor_markdown(records, setup)
+    assert "is 10.0 ms" in table  # 200 MB at 20 GB/s
+    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 10.0 | 10.0 | 40.0 |" in table
+    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 10.0 | 2.0 | 100.0 |" in table
+    assert floor_markdown(records, {}) == ""  # not measured: no table, not a made-up one
+
+
+def test_scale_targets_pair_each_fork_with_its_own_baseline() -> None:
+    from swarmkv_bench.metrics import speedups
+    from swarmkv_bench.targets import scale_targets
+
+    records = [
+        dataclasses.replace(
+            r,
+            config_id="N32-D3501-P32",
+            mode=r.mode.replace("host", "fork+inv").replace("baseline", "baseline+inv"),
+            e2e_ms=250_000.0 if r.mode == "baseline" else 12_000.0,
+            extra={"gen_ms_per_step": 20.0 if r.mode == "baseline" else 130.0},
+        )
+        for r in synthetic_records(configs=[(32, 3501, 32)], modes=("baseline", "host"))
+    ]
+    sums = summarize(records)
+    got = {t.name: t for t in scale_targets(sums, speedups(sums, "baseline+inv"), records)}
+    e2e = got["32 branches: fork+inv vs baseline+inv e2e"]
+    assert e2e.value == pytest.approx(250 / 12) and e2e.passed
+    step = got["32 branches: fork+inv step / one branch's step"]
+    assert step.value == pytest.approx(6.5) and not step.passed
+    assert "32 branches: fork vs baseline e2e" not in got  # the plain pair did not run

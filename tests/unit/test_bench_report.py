@@ -95,7 +95,7 @@ def test_main_table_has_medians_ranges_and_one_decimal(tmp_path: Path) -> None:
     # activation[1] 60/62/64 -> 62.0 [60.0–64.0]; 64 tokens in 110 ms -> 581.8 tokens/s.
     assert (
         "| baseline | 3 | 110.0 [100.0–130.0] | 15.0 | 100.0 | 26.0 | 62.0 [60.0–64.0] "
-        "| – | 581.8 | – | reference |"
+        "| – | – | – | 581.8 | – | reference |"  # no first_token_ms recorded: shown missing
     ) in text
     assert "| fork | 3 | 45.0 [40.0–50.0] | 5.0 | 40.0 | 25.0 | 5.0 [4.0–6.0] |" in text
     assert "| fork | 3.0 [2.0–4.0] | 5.0 [4.0–6.0] |" in text  # per-branch activation table
@@ -163,3 +163,14 @@ def test_without_a_reference_mode_there_are_no_speedups(tmp_path: Path) -> None:
     text = render(tmp_path, records)
     assert "No reference mode was run, so no speedups." in text
     assert "No targets were given for this run." in text
+
+
+def test_main_table_shows_both_activation_definitions(tmp_path: Path) -> None:
+    records = synthetic_records()
+    text = render(tmp_path, records)
+    assert "| branch_activation_ms[1] | first_token_ms[1] | first_token_ms[last] |" in text
+    fork = summarize(records)["N2-doc3501-p32", "fork"]
+    last = fork.first_token_ms[-1]
+    assert last is not None
+    row = next(line for line in text.splitlines() if line.startswith("| fork | 3 |"))
+    assert f"{last.median:.1f} [{last.min:.1f}–{last.max:.1f}]" in row
