@@ -5,7 +5,7 @@ with both on and both off (SWARMKV_SKINNY_GEMM and SWARMKV_BI_ATTN = 1 / 0). Att
 new path serves batch-invariant mode only, so with --no-exact only the GEMM changes.
 
 --before/--after set other environments to compare, e.g. patch 0005's row tiles against
-row-by-row walking: --before SWARMKV_BI_ATTN_TILE=1 --after SWARMKV_BI_ATTN_TILE=8.
+row-by-row walking: --before SWARMKV_BI_ATTN_TILE=1 --after SWARMKV_BI_ATTN_TILE=16.
 
 Each trial runs bench/profile_step.py --no-perf in a fresh process per setting, alternating
 on and off; one warm-up trial of each first, then --trials measured ones. Prints median

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from .modes import parse_mode
 from .records import TrialRecord
 from .sysinfo import memcpy_ms
 
@@ -24,8 +25,10 @@ def memcpy_gbps() -> float:
 
 
 def rows_per_step(r: TrialRecord) -> int:
-    """Token rows one generation step decodes: every branch in a batched fork, else one."""
-    batched = r.mode.startswith("fork") and not any(v in r.mode for v in ("+per_branch", "+exact"))
+    """Token rows one generation step of a SwarmKV mode decodes: every branch in a batched
+    fork, else one (the packing as parse_mode reads it from the mode name)."""
+    spec = parse_mode(r.mode)
+    batched = spec.mode == "fork" and spec.fork.packing == "batched"
     return r.n_branches if batched else 1
 
 

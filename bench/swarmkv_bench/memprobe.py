@@ -30,13 +30,18 @@ def measure(
     model_rss_bytes (after loading the model) and kv_bytes. SwarmKVError when it fails."""
     body = request | {"config": asdict(cfg), "doc": doc, "prompts": prompts}
     cmd = [sys.executable, "-m", "swarmkv_bench.memprobe"]
-    proc = subprocess.run(
-        cmd,
-        input=json.dumps(body),
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT_S,
-    )
+    try:
+        proc = subprocess.run(
+            cmd,
+            input=json.dumps(body),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:  # a failed probe, not a failed benchmark
+        raise SwarmKVError(
+            f"memory probe of {request['mode']} ran past {PROBE_TIMEOUT_S} s"
+        ) from exc
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

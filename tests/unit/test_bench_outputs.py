@@ -169,3 +169,14 @@ def test_scale_targets_pair_each_fork_with_its_own_baseline() -> None:
     step = got["32 branches: fork+inv step / one branch's step"]
     assert step.value == pytest.approx(6.5) and not step.passed
     assert "32 branches: fork vs baseline e2e" not in got  # the plain pair did not run
+
+
+def test_a_probe_that_runs_too_long_is_a_failed_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    def too_slow(*a: Any, **kw: Any) -> None:
+        raise subprocess.TimeoutExpired(cmd="probe", timeout=kw["timeout"])
+
+    monkeypatch.setattr(subprocess, "run", too_slow)
+    with pytest.raises(memprobe.SwarmKVError, match="memory probe of fork ran past"):
+        memprobe.measure({"mode": "fork"}, CFG, "doc", ["q"])
