@@ -23,11 +23,13 @@ from .errors import (
     PipelineError,
     PoolError,
     SnapshotMismatchError,
+    SnapshotWriteError,
     SwarmKVError,
 )
 from .models import default_model_path
 from .modes import MODES, ForkOptions
 from .sampling import SamplerConfig
+from .snapshot_file import SnapshotHeader
 
 if TYPE_CHECKING:
     from ._native import LLAMA_CPP_COMMIT
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from .install_info import info
     from .model import Model
     from .pool import HostBuffer, HostBufferPool
-    from .snapshot import KVSnapshot, capture, restore
+    from .snapshot import KVSnapshot, capture, read_snapshot_header, restore
 
 logging.getLogger("swarmkv").addHandler(logging.NullHandler())
 
@@ -57,6 +59,7 @@ _NATIVE = {
     "KVSnapshot": ".snapshot",
     "capture": ".snapshot",
     "restore": ".snapshot",
+    "read_snapshot_header": ".snapshot",
 }
 
 
@@ -92,10 +95,13 @@ __all__ = [
     "PoolError",
     "Sampler",
     "SamplerConfig",
+    "SnapshotHeader",
     "SnapshotMismatchError",
+    "SnapshotWriteError",
     "SwarmKVError",
     "capture",
     "default_model_path",
     "info",
+    "read_snapshot_header",
     "restore",
 ]

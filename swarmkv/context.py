@@ -8,6 +8,7 @@ call, so bad input raises a SwarmKVError and never reaches a C++ exception or ab
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,8 @@ from .owned import Owned
 
 if TYPE_CHECKING:
     from .batch import Batch
+
+_SERIALS = itertools.count(1)
 
 __all__ = ["Context", "MemoryBytes", "PerfCounters", "context_params"]
 
@@ -84,6 +87,8 @@ class Context(Owned):
             )
         model._contexts.add(self)
         self._mem = lib.llama_get_memory(ptr)
+        self._device_gen: dict[int, int] = {}  # ON_DEVICE captures per source seq id
+        self._serial = next(_SERIALS)  # unlike id(), never reused by a later context
         self.n_vocab = model.n_vocab
         self.n_ctx = int(lib.llama_n_ctx(ptr))
         # without kv_unified each sequence has its own stream of n_ctx / n_seq_max cells
@@ -233,6 +238,24 @@ class Context(Owned):
         if self.model.n_swa > 0 and self.config.resolved_swa_full(self.model):
             return int(lib.LLAMA_STATE_SEQ_FLAGS_KEEP_SWA_MASKED)
         return 0
+
+    def state_settings(self) -> dict[str, object]:
+        """The settings this context's sequence states depend on (ContextConfig.state_settings)."""
+        return self.config.state_settings(self.model)
+
+    def device_snapshot_taken(self, seq_id: int) -> tuple[int, int]:
+        """Record an ON_DEVICE capture of seq_id; returns its token (context id, generation).
+
+        llama.cpp keeps one device copy per source sequence and a new capture overwrites it,
+        so only the latest token restores (checked by snapshot.check_restorable)."""
+        gen = self._device_gen.get(seq_id, 0) + 1
+        self._device_gen[seq_id] = gen
+        return (self._serial, gen)
+
+    def device_snapshot_current(self, seq_id: int) -> tuple[int, int] | None:
+        """The token of seq_id's live ON_DEVICE capture in this context, or None."""
+        gen = self._device_gen.get(seq_id)
+        return None if gen is None or self.closed else (self._serial, gen)
 
     def state_size(self) -> int:
         """Size in bytes of the whole context's state (llama_state_get_size)."""

@@ -143,6 +143,20 @@ class ContextConfig:
         """llama.cpp clamps n_batch to n_ctx; so do we, so the numbers we check are real."""
         return min(self.n_batch, self.n_ctx)
 
+    def state_settings(self, model: Model) -> dict[str, object]:
+        """The settings a sequence's saved state depends on (snapshot_file.CONTEXT_FIELDS):
+        a context restoring the state must have the same ones."""
+        streams = 1 if self.kv_unified or self.n_seq_max == 1 else self.n_seq_max
+        return {
+            "type_k": self.type_k,
+            "type_v": self.type_v,
+            # batch-invariant contexts force flash attention on (V is then not transposed)
+            "flash_attn": "on" if self.batch_invariant else self.flash_attn,
+            "swa_full": self.resolved_swa_full(model) if model.n_swa > 0 else False,
+            "n_stream": streams,
+            "batch_invariant": self.batch_invariant,
+        }
+
     def resolved_swa_full(self, model: Model) -> bool:
         """swa_full with None resolved: True exactly when model has sliding-window attention."""
         return model.n_swa > 0 if self.swa_full is None else self.swa_full

@@ -44,6 +44,10 @@ class SnapshotMismatchError(SwarmKVError):
     """A KV snapshot does not fit the context it is restored into (model, size, bytes)."""
 
 
+class SnapshotWriteError(SwarmKVError):
+    """A snapshot file could not be written (a directory, disk full, a file-size limit)."""
+
+
 class PoolError(SwarmKVError):
     """The host buffer pool could not allocate, or was used after close."""
 

@@ -3,6 +3,7 @@ and get the logits (and greedy continuation) of having decoded the prefix there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from collections.abc import Callable, Iterator
@@ -13,7 +14,15 @@ import numpy as np
 import pytest
 
 import swarmkv
-from swarmkv import Context, HostBufferPool, KVSnapshot, Model, Sampler, SnapshotMismatchError
+from swarmkv import (
+    Context,
+    HostBufferPool,
+    KVSnapshot,
+    Model,
+    Sampler,
+    SnapshotMismatchError,
+    SnapshotWriteError,
+)
 
 Prefill = Callable[..., int]
 
@@ -140,7 +149,7 @@ def test_save_load_restore_gives_identical_logits(
     prefill: Prefill,
     tmp_path: Path,
 ) -> None:
-    path = snap.save(tmp_path / "prefix.swkv", swarmkv.LLAMA_CPP_COMMIT)
+    path = snap.save(tmp_path / "prefix.swkv")
     assert not list(tmp_path.glob(".*.tmp"))  # the temp file was renamed
     loaded = KVSnapshot.load(path, pool)
     assert loaded.tokens == snap.tokens
@@ -157,9 +166,19 @@ def test_save_load_restore_gives_identical_logits(
 
 
 def _split(path: Path) -> tuple[bytes, bytes, bytes]:
+    """(fixed prefix, header JSON + its digest, state) of a version-2 file."""
     data = path.read_bytes()
     (header_len,) = struct.unpack("<I", data[8:12])
-    return data[:12], data[12 : 12 + header_len], data[12 + header_len :]
+    end = 20 + header_len + 32
+    return data[:20], data[20:end], data[end:]
+
+
+def _rewrite(path: Path, meta: dict[str, Any], payload: bytes, nbytes: int | None = None) -> None:
+    """Write a file with header meta, a correct header digest, and payload."""
+    raw = json.dumps(meta).encode()
+    size = len(payload) if nbytes is None else nbytes
+    prefix = b"SWKV" + struct.pack("<IIQ", 2, len(raw), size)
+    path.write_bytes(prefix + raw + hashlib.sha256(raw).digest() + payload)
 
 
 def test_corrupt_payload_is_refused(snap: KVSnapshot, pool: HostBufferPool, tmp_path: Path) -> None:
@@ -169,7 +188,7 @@ def test_corrupt_payload_is_refused(snap: KVSnapshot, pool: HostBufferPool, tmp_
     corrupt[len(corrupt) // 2] ^= 0x01
     path.write_bytes(head + header + bytes(corrupt))
     in_use = pool.stats().n_in_use
-    with pytest.raises(SnapshotMismatchError, match="corrupt"):
+    with pytest.raises(SnapshotMismatchError, match="state checksum mismatch"):
         KVSnapshot.load(path, pool)
     assert pool.stats().n_in_use == in_use  # the buffer went back
 
@@ -190,7 +209,7 @@ def test_unknown_version_is_refused(snap: KVSnapshot, pool: HostBufferPool, tmp_
     path = snap.save(tmp_path / "prefix.swkv")
     head, header, payload = _split(path)
     path.write_bytes(head[:4] + struct.pack("<I", 99) + head[8:] + header + payload)
-    with pytest.raises(SnapshotMismatchError, match="version 99"):
+    with pytest.raises(SnapshotMismatchError, match="version is 99 in the file"):
         KVSnapshot.load(path, pool)
 
 
@@ -206,11 +225,10 @@ def test_corrupt_header_is_refused(
         path.write_bytes(head + header[: len(header) // 2])
     elif damage == "header not UTF-8":
         path.write_bytes(head + b"\xff" + header[1:] + payload)
-    else:
-        meta = json.loads(header)
+    else:  # a consistent file (header digest recomputed) whose header lacks a field
+        meta = json.loads(header[:-32])
         del meta["sha256"]
-        short = json.dumps(meta).encode()
-        path.write_bytes(head[:8] + struct.pack("<I", len(short)) + short + payload)
+        _rewrite(path, meta, payload)
     with pytest.raises(SnapshotMismatchError):
         KVSnapshot.load(path, pool)
 
@@ -254,7 +272,8 @@ def test_restore_into_a_context_with_another_kv_stream_count(
     snap: KVSnapshot, tiny_model: Model, config: dict[str, object]
 ) -> None:
     with Context(tiny_model, n_ctx=768, n_batch=64, n_threads=1, **config) as other:
-        with pytest.raises(SnapshotMismatchError, match="consumed 0 of"):
+        # refused in Python, before llama.cpp sees the bytes (it would reject them too)
+        with pytest.raises(SnapshotMismatchError, match="n_stream is 2 in the snapshot"):
             swarmkv.restore(other, 0, snap)
         assert other.seq_pos_max(0) is None
 
@@ -268,10 +287,12 @@ def test_restore_detects_a_token_count_that_disagrees_with_the_bytes(
 
 
 def _with_header(path: Path, **changes: object) -> None:
-    head, header, payload = _split(path)
-    meta = {**json.loads(header), **changes}
-    raw = json.dumps(meta).encode()
-    path.write_bytes(head[:8] + struct.pack("<I", len(raw)) + raw + payload)
+    """Change header fields, keeping the file self-consistent (digest, state length)."""
+    _, header, payload = _split(path)
+    meta = {**json.loads(header[:-32]), **changes}
+    nbytes = meta["nbytes"]
+    assert isinstance(nbytes, int)
+    _rewrite(path, meta, payload, nbytes)
 
 
 def test_huge_size_claim_is_refused_before_allocating(
@@ -280,7 +301,7 @@ def test_huge_size_claim_is_refused_before_allocating(
     path = snap.save(tmp_path / "prefix.swkv")
     _with_header(path, nbytes=8 << 30)
     before = pool.stats()
-    with pytest.raises(SnapshotMismatchError, match=r"says 8589934592 bytes.*holds"):
+    with pytest.raises(SnapshotMismatchError, match=r"8589934592 bytes in the header.*holds"):
         KVSnapshot.load(path, pool)
     after = pool.stats()
     assert (after.n_buffers, after.bytes_allocated) == (before.n_buffers, before.bytes_allocated)
@@ -290,15 +311,15 @@ def test_snapshot_from_another_llama_cpp_commit_is_refused(
     snap: KVSnapshot, pool: HostBufferPool, tmp_path: Path
 ) -> None:
     path = snap.save(tmp_path / "prefix.swkv")
-    assert json.loads(_split(path)[1])["llama_cpp_commit"] == swarmkv.LLAMA_CPP_COMMIT
+    assert json.loads(_split(path)[1][:-32])["llama_cpp_commit"] == swarmkv.LLAMA_CPP_COMMIT
     _with_header(path, llama_cpp_commit="f" * 40)
-    with pytest.raises(SnapshotMismatchError, match=r"ffffffffffff in the file, this build runs"):
+    with pytest.raises(SnapshotMismatchError, match=r"'ffffffffffff' in the file, this build"):
         KVSnapshot.load(path, pool)
 
 
 def test_failed_save_leaves_no_temporary_file(snap: KVSnapshot, tmp_path: Path) -> None:
     target = tmp_path / "a-directory"
     target.mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(SnapshotWriteError, match="is a directory"):
         snap.save(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory"]
