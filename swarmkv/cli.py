@@ -21,6 +21,7 @@ import re
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from .pipeline_toml import (
     build_pipeline,
     load_pipeline_spec,
 )
+from .snapshot_command import add_parser as add_snapshot_parser
 
 PROG = "swarmkv"
 
@@ -98,6 +100,13 @@ def _add_run(subs: Any) -> None:
         help="a pipeline file (see swarmkv.pipeline_toml for the schema)",
     )
     run.add_argument("--doc", metavar="FILE", help="the shared document (UTF-8 text)")
+    run.add_argument(
+        "--snapshot",
+        metavar="FILE.swkv",
+        help="start from a snapshot (`swarmkv snapshot create`): alone, the document is the "
+        "snapshot's; with --doc, a document that starts with the snapshot's tokens reuses "
+        "them and prefills only the rest",
+    )
     run.add_argument(
         "--branch",
         action="append",
@@ -158,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(demo)
     demo.set_defaults(func=cmd_demo)
+    add_snapshot_parser(subs, _common)
     _add_bench(subs)
     add_info_parser(subs)
     return parser
@@ -187,9 +197,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.command == "run":
         if args.pipeline is not None and (args.doc is not None or args.branch):
             parser.error("run: give either PIPELINE.toml or --doc/--branch, not both")
-        if args.pipeline is None and (args.doc is None or not args.branch):
+        no_doc = args.doc is None and args.snapshot is None
+        if args.pipeline is None and (no_doc or not args.branch):
             parser.error(
-                "run: give --doc FILE and at least one --branch TEXT, or a PIPELINE.toml file"
+                "run: give --doc FILE (or --snapshot FILE.swkv) and at least one --branch "
+                "TEXT, or a PIPELINE.toml file"
             )
     return args
 
@@ -227,7 +239,11 @@ def spec_from_args(args: argparse.Namespace) -> PipelineFile:
         branches = tuple(
             BranchSpec(f"b{i}", unescape(prompt)) for i, prompt in enumerate(args.branch, 1)
         )
-        spec = PipelineFile(DocumentSpec(path=Path(args.doc).expanduser()), branches)
+        doc = Path(args.doc).expanduser() if args.doc is not None else None
+        spec = PipelineFile(DocumentSpec(path=doc), branches)
+    if args.snapshot is not None:  # the flag wins over the file's [document] snapshot
+        snapshot = Path(args.snapshot).expanduser()
+        spec = replace(spec, document=replace(spec.document, snapshot=snapshot))
     return spec.with_settings(settings_from_args(args))
 
 

@@ -96,8 +96,11 @@ def format_result(result: PipelineResult) -> str:
     """The text output of a run: mode, model and sizes, each branch's answer, then timings."""
     title = (
         f"mode {result.mode}   model {result.model}   {result.prefix_tokens} document "
-        f"tokens   n_ctx {result.n_ctx}\n\n"
+        f"tokens   n_ctx {result.n_ctx}\n"
     )
+    if result.reused_tokens:
+        title += f"reused {result.reused_tokens} of them from the snapshot\n"
+    title += "\n"
     answers = "".join(_answer_block(b.name, b.prompt, b.text) for b in result.branches.values())
     return title + answers + "\n" + format_timings(result)
 

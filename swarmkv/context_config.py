@@ -152,7 +152,8 @@ class ContextConfig:
             "type_v": self.type_v,
             # batch-invariant contexts force flash attention on (V is then not transposed)
             "flash_attn": "on" if self.batch_invariant else self.flash_attn,
-            "swa_full": self.resolved_swa_full(model) if model.n_swa > 0 else False,
+            # True: the cache keeps every cell (a model without a sliding window always does)
+            "swa_full": self.resolved_swa_full(model) if model.n_swa > 0 else True,
             "n_stream": streams,
             "batch_invariant": self.batch_invariant,
         }

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-MODES = ("host", "fork", "baseline")
+MODES = ("host", "fork", "device", "baseline")
 
 
 @dataclass(frozen=True)

@@ -20,38 +20,66 @@ from .sampling import SamplerConfig, TokenCallback
 
 if TYPE_CHECKING:  # nodes are pure specs: the model is only passed in to tokenize
     from .model import Model
+    from .prefix_source import SnapshotSource
 
 
 @dataclass(frozen=True)
 class PrefillNode:
-    """The shared document, decoded once on the prefix sequence."""
+    """The shared document, decoded once on the prefix sequence.
+
+    With a snapshot (SnapshotSource) the document is the snapshot's tokens, or, when text is
+    given too, that text: its leading tokens are restored from the snapshot if they match
+    and only the rest is prefilled.
+    """
 
     name: str
-    text: str
+    text: str | None
+    snapshot: SnapshotSource | None = None
 
     @staticmethod
     def from_source(
-        name: str, text: str | None = None, path: str | Path | None = None
+        name: str,
+        text: str | None = None,
+        path: str | Path | None = None,
+        snapshot: SnapshotSource | None = None,
     ) -> PrefillNode:
-        """A PrefillNode from exactly one of text= or path= (read as UTF-8).
+        """A PrefillNode from one of text= or path= (read as UTF-8), optionally a snapshot.
 
-        Raises ConfigError for both or neither, a missing file, or an empty (whitespace) text.
+        Raises ConfigError for both text and path, for neither without a snapshot, a missing
+        or unreadable file, or an empty (whitespace) text.
         """
-        if (text is None) == (path is None):
-            raise ConfigError(f"prefill {name!r}: give exactly one of text= or path=")
+        if text is not None and path is not None:
+            raise ConfigError(f"prefill {name!r}: give text= or path=, not both")
+        if text is None and path is None and snapshot is None:
+            raise ConfigError(f"prefill {name!r}: give one of text=, path= or snapshot=")
         if path is not None:
-            p = Path(path)
-            if not p.is_file():
-                raise ConfigError(f"prefill {name!r}: document file not found: {p}")
-            text = p.read_text(encoding="utf-8")
-        assert text is not None
-        if not text.strip():
+            text = read_document(name, Path(path))
+        if text is not None and not text.strip():
             raise ConfigError(f"prefill {name!r}: the document is empty")
-        return PrefillNode(name, text)
+        return PrefillNode(name, text, snapshot)
 
     def tokenize(self, model: Model) -> list[int]:
         """Token ids of the document, with the special tokens (BOS) the model asks for."""
+        if self.text is None:
+            assert self.snapshot is not None
+            return list(self.snapshot.tokens)
         return model.tokenize(self.text, add_special=True)
+
+
+def read_document(name: str, p: Path) -> str:
+    """A document file's text (UTF-8); ConfigError naming the file and what is wrong."""
+    if p.is_dir():
+        raise ConfigError(f"prefill {name!r}: document path is a directory: {p}")
+    if not p.is_file():
+        raise ConfigError(f"prefill {name!r}: document file not found: {p}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"prefill {name!r}: document {p} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"prefill {name!r}: cannot read document {p}: {exc.strerror}") from exc
 
 
 @dataclass(frozen=True)

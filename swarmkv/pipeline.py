@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .budget import BranchNeed, plan_budget
 from .concurrency import ConcurrencyPolicy
@@ -30,9 +31,13 @@ from .models import default_model_path
 from .modes import ForkOptions
 from .nodes import BranchNode, PrefillNode
 from .pool import HostBufferPool
+from .prefix_source import SnapshotSource
 from .results import BranchResult, NodeOutcome, PipelineResult, ms
 from .sampling import TokenCallback
 from .spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from .snapshot import KVSnapshot
 
 log = logging.getLogger("swarmkv.pipeline")
 
@@ -102,16 +107,32 @@ class Pipeline:
 
     # -- building ---------------------------------------------------------------------------
     def prefill(
-        self, name: str = "doc", *, text: str | None = None, path: str | Path | None = None
+        self,
+        name: str = "doc",
+        *,
+        text: str | None = None,
+        path: str | Path | None = None,
+        snapshot: KVSnapshot | str | os.PathLike[str] | None = None,
     ) -> Pipeline:
-        """Set the shared document from text= or path= (exactly one); returns self.
+        """Set the shared document from text= or path=, or start it from a snapshot; returns
+        self.
 
-        Raises ConfigError if the pipeline already has a document, for both or neither source,
-        a missing file or an empty document.
+        snapshot= is a KVSnapshot (still yours to release) or a `.swkv` file (mapped shared
+        for each run). Alone, the document is the snapshot's tokens and nothing is prefilled;
+        with text= or path=, a document that starts with the snapshot's tokens reuses them
+        and prefills only the rest (result.reused_tokens says how many).
+
+        Raises ConfigError if the pipeline already has a document, for both text= and path=,
+        for no source at all, a missing file or an empty document; SnapshotMismatchError for
+        a snapshot of another model or llama.cpp build, or one this pipeline's contexts
+        cannot take (checked here, before any run).
         """
         if self.doc is not None:
             raise ConfigError(f"pipeline already has a document {self.doc.name!r}")
-        self.doc = PrefillNode.from_source(name, text=text, path=path)
+        source = None if snapshot is None else SnapshotSource.of(snapshot)
+        if source is not None:
+            source.check(self.model, self.base.state_settings(self.model))
+        self.doc = PrefillNode.from_source(name, text=text, path=path, snapshot=source)
         return self
 
     def branch(
@@ -155,6 +176,26 @@ class Pipeline:
         self.branches[name] = node
         return self
 
+    def snapshot(
+        self,
+        pool: HostBufferPool | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> KVSnapshot:
+        """Prefill the document once and capture its KV state (save() it to a `.swkv` file).
+
+        The snapshot lives in pool (default: the pipeline's, freed by close()); release() it
+        when done. Any pipeline with the same model and context settings can start from it.
+        """
+        if self.doc is None:
+            raise ConfigError("the pipeline has no document: call prefill() first")
+        from .snapshot_create import snapshot_tokens
+
+        if pool is None:
+            if self._pool is None:
+                self._pool = HostBufferPool()
+            pool = self._pool
+        return snapshot_tokens(self.model, self.base, self.doc.tokenize(self.model), pool, progress)
+
     # -- validation -------------------------------------------------------------------------
     def spec(self, mode: str = "fork") -> PipelineSpec:
         """The document and branches as a PipelineSpec (validated by run() before anything)."""
@@ -172,6 +213,7 @@ class Pipeline:
         handoff.check(self.model, self.base)
         assert self.doc is not None
         doc_tokens = self.doc.tokenize(self.model)
+        reused = _reused(self.doc.snapshot, doc_tokens, handoff, branches)
         n_pred = {b.name: b.n_predict for b in branches}
         needs = []
         for b in branches:
@@ -212,6 +254,7 @@ class Pipeline:
             self.fork,
             keep_logits=opts.keep_logits,
             progress=progress,
+            reused=reused,
         )
 
     # -- running ----------------------------------------------------------------------------
@@ -234,11 +277,18 @@ class Pipeline:
         t0 = time.perf_counter_ns()
         handoff = make_handoff(mode, self.fork)
         plan = self._plan(handoff, opts, t0, progress)
+        owned = None
+        if plan.reused:
+            assert self.doc is not None and self.doc.snapshot is not None
+            plan.start, own = self.doc.snapshot.open()
+            owned = plan.start if own else None
         try:
             dres = handoff.build(plan).run(timeout_s=timeout_s, cancel=cancel)
         finally:  # Dag.run has joined every node thread, on every path: now free
             handoff.close()
             plan.ledger.release_snapshots()
+            if owned is not None:
+                owned.release()
         outcomes, branches = handoff.collect(plan, dres)
         result = _result(plan, opts, outcomes, branches, time.perf_counter_ns())
         log.info(
@@ -267,6 +317,27 @@ class Pipeline:
         self.close()
 
 
+def _reused(
+    source: SnapshotSource | None,
+    doc_tokens: list[int],
+    handoff: Handoff,
+    branches: list[BranchNode],
+) -> int:
+    """How many document tokens a run restores from the snapshot instead of prefilling."""
+    if source is None or not handoff.restores_prefix:
+        return 0  # baseline prefills everything itself: it is the reference
+    handoff.check_start()
+    reused = source.reusable(doc_tokens)
+    for b in branches:
+        w = b.required_prefix_tokens
+        if reused and w is not None and w < reused:
+            raise ConfigError(
+                f"branch {b.name!r}: required_prefix_tokens={w} ends inside the snapshot's "
+                f"{reused} tokens; a branch starting from a snapshot reads at least all of it"
+            )
+    return reused
+
+
 def _raise_failures(failures: list[NodeOutcome]) -> None:
     detail = "; ".join(f"{o.name}: {o.error!r}" for o in failures)
     raise PipelineError(f"{len(failures)} pipeline node(s) failed: {detail}") from failures[0].error
@@ -285,6 +356,7 @@ def _result(
         mode=opts.mode,
         model=plan.model.path.name,
         prefix_tokens=len(plan.doc_tokens),
+        reused_tokens=plan.reused,
         n_ctx=plan.n_ctx,
         prefill_ms=ms(prefill),
         snapshot_bytes=plan.ledger.snapshot_bytes,

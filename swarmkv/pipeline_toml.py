@@ -14,6 +14,9 @@
     [document]
     name = "doc"                # optional, default "doc"
     path = "doc.txt"            # relative to this file's folder; or text = "..." (one of them)
+    snapshot = "doc.swkv"       # optional: start from a snapshot (`swarmkv snapshot create`);
+                                # alone, the document is the snapshot's; with path or text,
+                                # its leading tokens are reused when the document starts so
 
     [[branch]]
     name = "summary"
@@ -46,6 +49,7 @@ from .budget import GGML_MAX_N_THREADS
 from .errors import ConfigError
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
+from .snapshot_file import read_file_header
 from .spec import DEFAULT_MODE, PipelineSpec
 
 if TYPE_CHECKING:
@@ -94,9 +98,17 @@ class DocumentSpec:
     name: str = "doc"
     text: str | None = None
     path: Path | None = None
+    snapshot: Path | None = None
 
     def node(self) -> PrefillNode:
-        """The validated prefill node; a file that cannot be read is a ConfigError too."""
+        """The validated prefill node; a file that cannot be read is a ConfigError too.
+
+        A snapshot's header is read and checked here (format, checksum: pure Python); the
+        node's text is None when the snapshot alone is the document."""
+        if self.snapshot is not None:
+            read_file_header(self.snapshot)
+            if self.text is None and self.path is None:
+                return PrefillNode(self.name, None)
         try:
             return PrefillNode.from_source(self.name, text=self.text, path=self.path)
         except (OSError, UnicodeDecodeError) as exc:
@@ -202,7 +214,12 @@ _SETTINGS_KEYS: dict[str, _Kind] = {
     "seed": _INT,
     "exact": _BOOL,
 }
-_DOCUMENT_KEYS: dict[str, _Kind] = {"name": _STR, "path": _STR, "text": _STR}
+_DOCUMENT_KEYS: dict[str, _Kind] = {
+    "name": _STR,
+    "path": _STR,
+    "text": _STR,
+    "snapshot": _STR,
+}
 _BRANCH_KEYS: dict[str, _Kind] = {
     "name": _STR,
     "prompt": _STR,
@@ -272,10 +289,13 @@ def _document(data: Mapping[str, Any], base_dir: Path, label: str) -> DocumentSp
         raise ConfigError(f"{label}no [document] table: give one with path = or text =")
     where = f"{label}[document]"
     values = _checked(_table(data, "document", label), where, _DOCUMENT_KEYS)
-    if ("path" in values) == ("text" in values):
-        raise ConfigError(f"{where}: give exactly one of 'path' or 'text'")
-    if "path" in values:
-        values["path"] = base_dir / Path(values["path"]).expanduser()
+    if "path" in values and "text" in values:
+        raise ConfigError(f"{where}: give one of 'path' or 'text', not both")
+    if "path" not in values and "text" not in values and "snapshot" not in values:
+        raise ConfigError(f"{where}: give one of 'path', 'text' or 'snapshot'")
+    for key in ("path", "snapshot"):
+        if key in values:
+            values[key] = base_dir / Path(values[key]).expanduser()
     return DocumentSpec(**values)
 
 
@@ -380,7 +400,8 @@ def build_pipeline(
     }
     pipe = Pipeline(model, n_ctx=s.ctx_size, n_threads=s.threads, **given)
     try:
-        pipe.prefill(spec.document.name, text=spec.document.node().text)
+        doc = spec.document
+        pipe.prefill(doc.name, text=doc.node().text, snapshot=doc.snapshot)
         for b in spec.branches:
             pipe.branch(b.name, **spec.branch_kwargs(b))
     except BaseException:

@@ -85,6 +85,7 @@ class PipelineResult:
     outcomes: dict[str, NodeOutcome]
     kv_bytes: int | None = None  # resident KV cache bytes of the branch context(s)
     decode_stats: dict[str, float] = field(default_factory=dict)  # see decoding.DecodeStats
+    reused_tokens: int = 0  # document tokens restored from a snapshot instead of prefilled
 
     @property
     def ok(self) -> bool:
@@ -100,6 +101,7 @@ class PipelineResult:
             "mode": self.mode,
             "model": self.model,
             "prefix_tokens": self.prefix_tokens,
+            "reused_tokens": self.reused_tokens,
             "n_ctx": self.n_ctx,
             "prefill_ms": self.prefill_ms,
             "snapshot_bytes": self.snapshot_bytes,

@@ -31,6 +31,7 @@ from .snapshot_file import (
     check_model,
     encode,
     payload_digest,
+    read_file_header,
     read_header,
     write_atomically,
 )
@@ -121,6 +122,11 @@ class KVSnapshot:
     def data(self) -> memoryview:
         """The state bytes as a memoryview; an error once the snapshot is released."""
         return self.buffer.view
+
+    @property
+    def shared(self) -> bool:
+        """Whether the bytes are a read-only shared mapping of a file (open_shared)."""
+        return isinstance(self.buffer, MappedState)
 
     @property
     def on_device(self) -> bool:
@@ -238,9 +244,7 @@ def _from_header(header: SnapshotHeader, state: StateBytes, path: Path) -> KVSna
 
 def read_snapshot_header(path: str | os.PathLike[str]) -> SnapshotHeader:
     """The validated header of a `.swkv` file (no state read, nothing native)."""
-    path = Path(path)
-    with _open(path) as f:
-        return read_header(f, path)[0]
+    return read_file_header(Path(path))
 
 
 def _version() -> str:

@@ -94,7 +94,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "created": str,
     "n_tokens": int,
 }
-CONTEXT_FIELDS = ("type_k", "type_v", "flash_attn", "swa_full", "n_stream", "batch_invariant")
+CONTEXT_FIELDS = ("batch_invariant", "type_k", "type_v", "flash_attn", "swa_full", "n_stream")
 
 
 def encode(header: SnapshotHeader) -> bytes:
@@ -266,3 +266,17 @@ def fsync_dir(folder: Path) -> None:
 def payload_digest(data: memoryview | bytes) -> str:
     """sha256 hex digest of the state bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def read_file_header(path: Path) -> SnapshotHeader:
+    """The checked header of the `.swkv` file at path (no state read; pure Python)."""
+    path = Path(path)
+    if path.is_dir():
+        raise SnapshotMismatchError(f"{path} is a directory, not a snapshot file")
+    try:
+        with path.open("rb") as f:
+            return read_header(f, path)[0]
+    except FileNotFoundError:
+        raise SnapshotMismatchError(f"snapshot file not found: {path}") from None
+    except OSError as exc:
+        raise SnapshotMismatchError(f"cannot read snapshot {path}: {exc.strerror}") from exc

@@ -37,6 +37,7 @@ from ..modes import ForkOptions
 from ..nodes import BranchNode, PrefillNode
 from ..pool import HostBufferPool
 from ..results import BranchResult, NodeOutcome, ms
+from ..snapshot import KVSnapshot, restore
 from .ledger import RunLedger
 
 
@@ -46,9 +47,13 @@ class Handoff:
 
     name = ""
     shares_context = False  # True: every branch lives in one context (budget: "fork")
+    restores_prefix = True  # False: ignores a starting snapshot (baseline prefills it all)
 
     def check(self, model: Model, config: ContextConfig) -> None:
         """Raise ConfigError for settings this mode cannot run; no native work."""
+
+    def check_start(self) -> None:
+        """Raise ConfigError if this mode cannot start from a snapshot; no native work."""
 
     def build(self, plan: Plan) -> Dag:
         """The DAG of prefill and branch work for plan; subclasses must implement it."""
@@ -94,10 +99,34 @@ class Plan:
     keep_logits: bool | str = False
     progress: Callable[[int, int], None] | None = None
     ledger: RunLedger = field(default_factory=RunLedger)  # written by the node threads
+    reused: int = 0  # leading document tokens restored from `start` instead of prefilled
+    start: KVSnapshot | None = None  # the snapshot they come from (set by Pipeline.run)
 
     def prefix_len(self, b: BranchNode) -> int:
         """How many document tokens branch b reads: its required_prefix_tokens or all."""
         return b.required_prefix_tokens or len(self.doc_tokens)
+
+    def suffix_bounds(self) -> list[tuple[int, int]]:
+        """The prefill's chunks after the reused tokens (all of bounds() when none are)."""
+        r = self.reused
+        full = len(self.doc_tokens)
+        cuts = [c - r for c in self.cuts() if c > r]
+        return [(lo + r, hi + r) for lo, hi in chunk_bounds(full - r, self.base.n_batch, cuts)]
+
+    def restore_start(self, ctx: Context, seq_id: int) -> None:
+        """Restore the reused tokens into seq_id of ctx (timed as part of the prefill): the
+        snapshot, less the tail the document does not share (SnapshotSource.reusable)."""
+        if self.reused:
+            assert self.start is not None
+            restore(ctx, seq_id, self.start)
+            if self.reused < self.start.n_tokens:
+                ctx.seq_rm(seq_id, self.reused, None)
+
+    @property
+    def start_is_document(self) -> bool:
+        """Whether the starting snapshot is exactly the document (nothing to decode)."""
+        full = len(self.doc_tokens)
+        return self.start is not None and self.reused == full == self.start.n_tokens
 
     def cuts(self) -> list[int]:
         """The distinct prefix lengths the branches read, sorted (the prefill's watermarks)."""

@@ -18,6 +18,7 @@ class BaselineHandoff(Handoff):
     in the same chunks as the shared prefill, then decodes its prompt."""
 
     name = "baseline"
+    restores_prefix = False  # the reference prefills every token, snapshot or not
 
     def build(self, plan: Plan) -> Dag:
         """The DAG: the document node, then one node per branch that prefills it itself."""

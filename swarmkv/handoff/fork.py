@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ class ForkHandoff(Handoff):
 
     def __init__(self, options: ForkOptions) -> None:
         self.options = options
+        self.share: Share = share_prefix  # how branch sequences get the prefix cells
         self.shares_context = options.layout == "unified"
         self._holder: list[Context] = []  # the shared context, made by the prefill node
         self._wave_names: list[str] = []  # the DAG nodes that decode, in order
@@ -67,12 +69,21 @@ class ForkHandoff(Handoff):
                 f"(n_swa={model.n_swa}); use host mode for swa_full=False"
             )
 
+    def check_start(self) -> None:
+        """A snapshot's state records one KV stream: only the unified layout can take it."""
+        if self.options.layout == "streams":
+            raise ConfigError(
+                "fork layout 'streams' keeps one KV stream per sequence and cannot restore a "
+                "snapshot (it records one stream): use layout 'unified' (the default) or host"
+            )
+
     def build(self, plan: Plan) -> Dag:
         """The DAG: the prefill node (creates the shared context), then one node per wave."""
         holder = self._holder
         seq_of = {b.name: i + 1 for i, b in enumerate(plan.branches)}
         dag = Dag()
-        dag.add(plan.doc.name, lambda n: _fork_prefill(plan, holder, seq_of, n))
+        share, streams = self.share, self.options.layout == "streams"
+        dag.add(plan.doc.name, lambda n: _fork_prefill(plan, holder, seq_of, n, share, streams))
         prev = plan.doc.name
         taken = {plan.doc.name, *seq_of}
         self._wave_names.clear()
@@ -123,12 +134,20 @@ def _branch_outcome(name: str, value: Any, stopped: NodeResult | None) -> NodeOu
     return NodeOutcome(name, "skipped")
 
 
+Share = Callable[[Plan, Context, list[int], int], None]
+
+
 def _fork_prefill(
-    plan: Plan, holder: list[Context], seq_of: dict[str, int], nctx: NodeContext
+    plan: Plan,
+    holder: list[Context],
+    seq_of: dict[str, int],
+    nctx: NodeContext,
+    share: Share,
+    streams: bool,
 ) -> int:
     full = len(plan.doc_tokens)
     n_seq = len(plan.branches) + 1
-    if plan.fork.layout == "streams":  # each stream as large as a baseline context
+    if streams:  # each stream as large as a baseline context
         ctx = plan.context(plan.n_ctx * n_seq, n_seq_max=n_seq, kv_unified=False)
     else:
         ctx = plan.context(plan.n_ctx, n_seq_max=n_seq, kv_unified=True)
@@ -141,18 +160,19 @@ def _fork_prefill(
         if plan.progress:
             plan.progress(hi, full)
         if hi in by_cut and hi != full:
-            _share_prefix(plan, ctx, by_cut[hi], hi)
+            share(plan, ctx, by_cut[hi], hi)
         nctx.check_cancelled()
 
     with Batch(plan.base.n_batch) as batch:
         t = time.perf_counter_ns()
-        _prefill(ctx, plan.doc_tokens, 0, plan.bounds(), batch, on_chunk)
+        plan.restore_start(ctx, 0)  # the tokens a snapshot holds, if any
+        _prefill(ctx, plan.doc_tokens, 0, plan.suffix_bounds(), batch, on_chunk)
         plan.ledger.prefill_done(time.perf_counter_ns() - t)
-    _share_prefix(plan, ctx, by_cut.get(full, []), full)
+    share(plan, ctx, by_cut.get(full, []), full)
     return full
 
 
-def _share_prefix(plan: Plan, ctx: Context, seqs: list[int], w: int) -> None:
+def share_prefix(plan: Plan, ctx: Context, seqs: list[int], w: int) -> None:
     """Zero-copy fork: the branch sequences join the first w prefix cells (llama_memory_seq_cp)."""
     t = time.perf_counter_ns()
     for s in seqs:

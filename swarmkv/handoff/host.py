@@ -32,6 +32,11 @@ class HostHandoff(Handoff):
 
 def _host_prefill(plan: Plan, nctx: NodeContext) -> KVSnapshot:
     toks, full = plan.doc_tokens, len(plan.doc_tokens)
+    if plan.start_is_document:  # nothing to decode
+        assert plan.start is not None
+        plan.ledger.keep_snapshot(plan.start, full=True, owned=False)
+        plan.ledger.prefix_ready(full)
+        return plan.start
     cuts = set(plan.cuts()) - {full}
 
     def on_chunk(hi: int) -> None:
@@ -46,7 +51,8 @@ def _host_prefill(plan: Plan, nctx: NodeContext) -> KVSnapshot:
 
     with plan.context(round_ctx(full + DEFAULT_HEADROOM)) as ctx, Batch(plan.base.n_batch) as b:
         t = time.perf_counter_ns()
-        _prefill(ctx, toks, 0, plan.bounds(), b, on_chunk)
+        plan.restore_start(ctx, 0)  # the tokens a snapshot holds, if any
+        _prefill(ctx, toks, 0, plan.suffix_bounds(), b, on_chunk)
         plan.ledger.prefill_done(time.perf_counter_ns() - t)
         snap = capture(ctx, 0, plan.pool, tuple(toks))
         plan.ledger.keep_snapshot(snap, full=True)
@@ -64,7 +70,9 @@ def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
         ready = max(available, time.perf_counter_ns())
         wait_ms = ms(ready - available)
         t = time.perf_counter_ns()
-        own = snap.fork(plan.pool)  # copy-on-fork: this branch's private bytes
+        # copy-on-fork: this branch's private bytes; a read-only shared mapping of a file
+        # needs no copy (nothing can write it), so branches restore straight from it
+        own = snap if snap.shared else snap.fork(plan.pool)
         copy_ms = ms(time.perf_counter_ns() - t)
         try:
             with plan.context(plan.n_ctx) as ctx:
@@ -73,7 +81,8 @@ def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
                 t_dec = time.perf_counter_ns()
                 run_branch(plan, ctx, [st], nctx)
         finally:
-            own.release()
+            if own is not snap:
+                own.release()
     return result_of(
         plan, b, st, ready, t_dec, restore_ms=restore_ms, fork_copy_ms=copy_ms, wait_ms=wait_ms
     )

@@ -46,10 +46,12 @@ class RunLedger:
             if share_ns is not None:
                 self._share_ns[n_tokens] = share_ns
 
-    def keep_snapshot(self, snap: KVSnapshot, full: bool = False) -> None:
-        """Hold snap until release_snapshots(); full=True: its size is the run's snapshot size."""
+    def keep_snapshot(self, snap: KVSnapshot, full: bool = False, owned: bool = True) -> None:
+        """Hold snap until release_snapshots() (owned=False: only note it, its owner releases
+        it); full=True: its size is the run's snapshot size."""
         with self._lock:
-            self._snapshots.append(snap)
+            if owned:
+                self._snapshots.append(snap)
             if full:
                 self._snapshot_bytes = snap.nbytes
 

@@ -113,17 +113,25 @@ def test_cells_interleaved_among_31_branches_give_the_same_logits(exact_model: s
         assert np.array_equal(a, b), f"step {k}: max |diff| {np.abs(a - b).max()}"
 
 
-@pytest.mark.parametrize("n_doc", [300, 700], ids=["inside-window", "past-window"])
-def test_fork_of_32_equals_the_baseline_bit_for_bit(exact_model: sk.Model, n_doc: int) -> None:
+@pytest.mark.parametrize(
+    ("n_doc", "mode"),
+    [(300, "fork"), (700, "fork"), (700, "device")],
+    ids=["inside-window", "past-window", "device-past-window"],
+)
+def test_fork_of_32_equals_the_baseline_bit_for_bit(
+    exact_model: sk.Model, n_doc: int, mode: str
+) -> None:
+    """fork (shared cells) and device (the prefix restored on device into a stream per
+    branch) against 32 contexts of their own: every step's logits, bit for bit."""
     doc = document(exact_model, n_doc)
     runs = {}
-    for mode in ("fork", "baseline"):
+    for run_mode in (mode, "baseline"):
         with Pipeline(exact_model, exact=True, n_threads=2) as p:
             p.prefill("doc", text=doc)
             for i in range(N_BRANCHES):
                 p.branch(f"b{i}", prompt=f"\n\nQuestion {i}: what comes next?", n_predict=N_STEPS)
-            runs[mode] = p.run(mode=mode, keep_logits="all")
-    fork, base = runs["fork"], runs["baseline"]
+            runs[run_mode] = p.run(mode=run_mode, keep_logits="all")
+    fork, base = runs[mode], runs["baseline"]
     for name, b in base.branches.items():
         f = fork[name]
         assert f.tokens == b.tokens, name

@@ -32,7 +32,7 @@ QUESTIONS = [
     "\nQuestion: When was the lighthouse built?\nAnswer:",
     "\nQuestion: Who was the last keeper?\nAnswer:",
 ]
-MODES = ("host", "fork", "baseline")
+MODES = ("host", "fork", "device", "baseline")
 TIMEOUT_S = 180  # a generous bound: a hang fails the test instead of the whole session
 
 
@@ -88,11 +88,60 @@ def test_run_json_in_every_mode(by_mode: dict[str, dict[str, Any]], mode: str) -
         assert (b["restore_ms"] is None) == (mode == "baseline")
 
 
-def test_host_answers_are_token_identical_to_the_baseline(
-    by_mode: dict[str, dict[str, Any]],
+@pytest.mark.parametrize("mode", ["host", "fork", "device"])
+def test_answers_are_token_identical_to_the_baseline(
+    by_mode: dict[str, dict[str, Any]], mode: str
 ) -> None:
-    host, baseline = (by_mode[m]["branches"] for m in ("host", "baseline"))
-    assert [b["tokens"] for b in host] == [b["tokens"] for b in baseline]
+    got, baseline = (by_mode[m]["branches"] for m in (mode, "baseline"))
+    assert [b["tokens"] for b in got] == [b["tokens"] for b in baseline]
+
+
+@pytest.fixture(scope="module")
+def snapshot_file(workdir: Path) -> Path:
+    """doc.txt's snapshot, created by its own process."""
+    out = run_json("snapshot", "create", "--doc", "doc.txt", "-o", "doc.swkv", cwd=workdir)
+    assert out["file_bytes"] == (workdir / "doc.swkv").stat().st_size > out["state_bytes"]
+    assert 150 <= out["tokens"] <= 260 and out["prefill_capture_ms"] > 0
+    return workdir / "doc.swkv"
+
+
+def test_snapshot_info_describes_the_file(snapshot_file: Path, workdir: Path) -> None:
+    proc = swarmkv("snapshot", "info", snapshot_file.name, "--json", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert (info["checksum"], info["this_build"], info["format_version"]) == ("ok", "compatible", 2)
+    assert info["model_name"].endswith(".gguf") and info["context"]["batch_invariant"] is True
+    text = swarmkv("snapshot", "info", snapshot_file.name, cwd=workdir).stdout
+    assert "checksum    ok" in text and "tokens" in text
+
+
+@pytest.mark.parametrize("mode", ["host", "fork"])
+def test_run_from_a_snapshot_in_another_process_answers_like_the_document(
+    by_mode: dict[str, dict[str, Any]], snapshot_file: Path, workdir: Path, mode: str
+) -> None:
+    branches = [a for q in QUESTIONS for a in ("--branch", q)]
+    out = run_json(
+        "run", "--snapshot", snapshot_file.name, *branches, "--mode", mode, "-n", "8", cwd=workdir
+    )
+    assert out["reused_tokens"] == out["prefix_tokens"] == by_mode["baseline"]["prefix_tokens"]
+    got, ref = out["branches"], by_mode["baseline"]["branches"]
+    assert [b["tokens"] for b in got] == [b["tokens"] for b in ref]
+
+
+def test_a_longer_document_reuses_the_snapshot(snapshot_file: Path, workdir: Path) -> None:
+    more = DOC + "\nThe lighthouse still stands, and visitors climb it every summer.\n"
+    (workdir / "more.txt").write_text(more, encoding="utf-8")
+    args = ("--branch", QUESTIONS[1], "-n", "8", "--mode", "fork")
+    reuse = run_json(
+        "run", "--snapshot", snapshot_file.name, "--doc", "more.txt", *args, cwd=workdir
+    )
+    alone = run_json("run", "--doc", "more.txt", *args, cwd=workdir)
+    assert 0 < reuse["reused_tokens"] < reuse["prefix_tokens"] == alone["prefix_tokens"]
+    assert reuse["branches"][0]["tokens"] == alone["branches"][0]["tokens"]
+    text = swarmkv(
+        "run", "--snapshot", snapshot_file.name, "--doc", "more.txt", *args, "-t", "1", cwd=workdir
+    )
+    assert f"reused {reuse['reused_tokens']} of them from the snapshot" in text.stdout
 
 
 def test_run_pipeline_toml_with_a_watermark(workdir: Path) -> None:

@@ -186,3 +186,21 @@ def test_bad_settings_fail_when_the_pipeline_is_built(tiny_model: Model) -> None
         Pipeline(tiny_model, fork=ForkOptions(layout="ring"))
     with pytest.raises(ConfigError, match="n_threads"):
         Pipeline(tiny_model, n_threads=0)
+
+
+@pytest.mark.parametrize("packing", ["batched", "per_branch"])
+def test_device_mode_equals_baseline_on_tiny_model(tiny_model: Model, packing: str) -> None:
+    """device mode (the prefix restored through ON_DEVICE state, one KV stream per branch)
+    answers what each branch's own context answers, logits bit for bit; a watermark branch
+    gets its prefix from an earlier capture than the others."""
+    prompts = {"a": " one", "b": " two two", "c": " three three three"}
+    with _pipe(tiny_model, fork=ForkOptions("unified", packing)) as p:
+        for name, prompt in prompts.items():
+            p.branch(name, prompt=prompt, n_predict=8)
+        p.branch("early", prompt=" four", n_predict=8, required_prefix_tokens=20)
+        base = p.run(mode="baseline", keep_logits=True)
+        dev = p.run(mode="device", keep_logits=True)
+    for name in [*prompts, "early"]:
+        assert dev[name].tokens == base[name].tokens, name
+        assert swarmkv.fidelity.nmse(dev[name].first_logits, base[name].first_logits) == 0.0
+        assert dev[name].restore_ms is not None and dev[name].restore_ms > 0
