@@ -31,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         default="baseline,host,fork,fork+inv",
         help="comma list: baseline, host, fork (llama.cpp's fastest kernels), variants like "
         "fork+inv (batch-invariant: what `swarmkv run` does by default), fork+exact, "
-        "fork+streams, fork+per_branch, fork+fa_off, host+swa_window, and peers "
+        "fork+streams, fork+per_branch, fork+fa_off, host+swa_window, device+inv (the prefix "
+        "copied on device, ON_DEVICE state), host+inv+shared and fork+inv+shared (start from "
+        "a snapshot file made once, mapped shared), and peers "
         "server-np1, server-npN (one unified KV buffer), server-npNslots (a KV cache per "
         "slot) (llama-server with --swa-full, like for like), "
         "server-np1+swa_window, server-npN+swa_window (its default)",

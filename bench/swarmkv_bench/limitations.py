@@ -22,6 +22,13 @@ def limitations(run: BenchRun, summaries: dict[tuple[str, str], ModeSummary]) ->
             "their context; branch_activation_ms excludes that queue, first_token_ms "
             "includes it (all_trials.csv: extra.wait_ms_max)."
         )
+    shared = sorted(m for m in modes if "+shared" in m)
+    if shared:
+        lines.append(
+            f"{', '.join(shared)} start from a snapshot file made once before the trials (one "
+            "prefill and save, not in their e2e): they show what a later agent or process "
+            "pays, not the first one."
+        )
     if modes & set(PEERS):
         lines.append(
             "llama-server tokenizes document + prompt as one string, so against it only "

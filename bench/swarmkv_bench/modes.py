@@ -8,6 +8,9 @@
 | inv         | batch-invariant kernels (Pipeline(exact=True), `swarmkv run --exact`) |
 | fa_off      | flash attention off (default: auto, i.e. on for the CPU)           |
 | swa_window  | swa_full=False: window-sized SWA cache (smaller, not exact)        |
+| shared      | host/fork: start from a `.swkv` snapshot of the document, created  |
+|             | once before the trials and mapped shared (read only) by each run: |
+|             | no prefill, branches restore straight from the mapping            |
 
 A variant's fidelity reference is the baseline with the same swa_window/fa_off/inv variants;
 a mode with "inv" (or "exact") is judged strictly: any difference is a failure.
@@ -22,7 +25,7 @@ from swarmkv.modes import MODES, ForkOptions
 
 from .peer_server import SETUPS, Setup
 
-VARIANTS = ("streams", "per_branch", "exact", "inv", "fa_off", "swa_window")
+VARIANTS = ("streams", "per_branch", "exact", "inv", "fa_off", "swa_window", "shared")
 # llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"
 # at its own default (window-sized SWA cache): "server-" + a setup name + variant.
 PEER_PREFIX = "server-"
@@ -48,6 +51,7 @@ class ModeSpec:
     flash_attn: str
     swa_full: bool | None
     batch_invariant: bool = False
+    shared: bool = False  # starts from a snapshot file mapped shared (see the table)
 
     @property
     def claims_exact(self) -> bool:
@@ -92,7 +96,14 @@ def parse_mode(name: str) -> ModeSpec:
         flash_attn="off" if "fa_off" in variants else "auto",
         swa_full=False if "swa_window" in variants else None,
         batch_invariant="inv" in variants,
+        shared=_shared(name, head, variants),
     )
+
+
+def _shared(name: str, head: str, variants: list[str]) -> bool:
+    if "shared" in variants and head not in ("host", "fork"):
+        raise ConfigError(f"{name!r}: the shared variant applies to host and fork only")
+    return "shared" in variants
 
 
 def split_modes(names: list[str]) -> tuple[list[ModeSpec], list[str]]:

@@ -3,9 +3,13 @@ process after warm-up, fidelity checked on every trial, peers when built (measur
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
+import hashlib
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,10 +202,45 @@ def pipeline_for(
         fork=spec.fork,
         exact=spec.batch_invariant,
     )
-    p.prefill("doc", text=doc)
+    if spec.shared:
+        p.prefill("doc", snapshot=shared_snapshot(p, doc))
+    else:
+        p.prefill("doc", text=doc)
     for i, prompt in enumerate(prompts):
         p.branch(f"b{i + 1}", prompt=prompt, n_predict=cfg.n_predict)
     return p
+
+
+_SNAPSHOT_DIR: list[Path] = []  # one temporary folder per process, removed at exit
+
+
+def shared_snapshot(pipe: Pipeline, doc: str) -> Path:
+    """A `.swkv` snapshot of doc made with pipe's model and settings, saved once (untimed)
+    in a temporary folder; "+shared" modes start every run from it."""
+    if not _SNAPSHOT_DIR:
+        folder = Path(tempfile.mkdtemp(prefix="swarmkv-bench-snap-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _SNAPSHOT_DIR.append(folder)
+    key = hashlib.sha256(repr((doc, pipe.base)).encode()).hexdigest()[:16]
+    path = _SNAPSHOT_DIR[0] / f"{key}.swkv"
+    if not path.exists():
+        with Pipeline(
+            pipe.model,
+            n_threads=pipe.base.n_threads,
+            exact=pipe.base.batch_invariant,
+            swa_full=pipe.base.swa_full,
+            flash_attn=pipe.base.flash_attn,
+        ) as maker:
+            maker.prefill("doc", text=doc)
+            with maker.snapshot() as snap:
+                snap.save(path)
+                log.info(
+                    "snapshot for +shared: %d tokens, %d bytes, %.1f ms to make",
+                    snap.n_tokens,
+                    path.stat().st_size,
+                    snap.capture_ms or 0.0,
+                )
+    return path
 
 
 def _n_ctx(opts: BenchOptions, spec: ModeSpec, cfg: BenchConfig) -> int | None:

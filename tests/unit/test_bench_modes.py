@@ -16,6 +16,8 @@ from swarmkv_bench.modes import parse_mode
         ("fork+fa_off", "baseline+fa_off", "host+fa_off", False),
         ("fork+exact+swa_window", "baseline+swa_window", "host+swa_window", True),
         ("host", "baseline", "host", True),
+        ("host+inv+shared", "baseline+inv", "host+inv", True),
+        ("device+inv", "baseline+inv", "host+inv", True),
     ],
 )
 def test_reference_and_replay_keep_the_variants(
@@ -28,3 +30,9 @@ def test_reference_and_replay_keep_the_variants(
 def test_unknown_variant_is_named() -> None:
     with pytest.raises(ConfigError, match="unknown variant 'turbo'"):
         parse_mode("fork+turbo")
+
+
+def test_shared_starts_from_a_snapshot_in_host_and_fork_only() -> None:
+    assert parse_mode("fork+inv+shared").shared and not parse_mode("fork+inv").shared
+    with pytest.raises(ConfigError, match="shared variant applies to host and fork only"):
+        parse_mode("baseline+shared")
