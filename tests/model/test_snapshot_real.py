@@ -128,7 +128,7 @@ def test_snapshot_file_round_trip_restores_exactly(model: sk.Model, tmp_path) ->
         with sk.Context(model, n_ctx=1024) as ctx:
             snap = _capture(ctx, doc, pool)
             ref_tokens, ref_logits = continue_greedy(ctx, 0, suffix, len(doc), n=8)
-        path = snap.save(tmp_path / "doc.swkv", sk.LLAMA_CPP_COMMIT)
+        path = snap.save(tmp_path / "doc.swkv")
         loaded = sk.KVSnapshot.load(path, pool)
         assert loaded.tokens == snap.tokens and loaded.nbytes == snap.nbytes
         with sk.Context(model, n_ctx=1024) as fresh:
