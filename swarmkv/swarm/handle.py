@@ -1,0 +1,103 @@
+"""What a submitted swarm branch gives back: a handle (future + token stream) and its result."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SwarmKVError
+
+
+class SwarmClosedError(SwarmKVError):
+    """The swarm closed before this branch finished."""
+
+
+@dataclass(frozen=True)
+class SwarmBranchResult:
+    """One finished swarm branch: output and latencies in milliseconds from its arrival.
+
+    queue_ms: arrival to admission (a sequence and KV cells given); activation_ms: arrival
+    to the first generated token; completion_ms: arrival to the last; inter_token_ms: the
+    gaps between consecutive generated tokens.
+    """
+
+    name: str
+    doc: str
+    text: str
+    tokens: tuple[int, ...]
+    stop_reason: str
+    priority: int
+    prompt_tokens: int
+    arrival_s: float  # seconds since the swarm started
+    queue_ms: float
+    activation_ms: float
+    completion_ms: float
+    inter_token_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {
+            "name": self.name,
+            "doc": self.doc,
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "stop_reason": self.stop_reason,
+            "priority": self.priority,
+            "prompt_tokens": self.prompt_tokens,
+            "arrival_s": self.arrival_s,
+            "queue_ms": self.queue_ms,
+            "activation_ms": self.activation_ms,
+            "completion_ms": self.completion_ms,
+            "inter_token_ms": list(self.inter_token_ms),
+        }
+
+
+_END = object()
+
+
+class BranchHandle:
+    """A submitted branch: result() waits for it, stream() yields its token pieces as they
+    are generated, done() polls. Thread-safe; the scheduler thread completes it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._done = threading.Event()
+        self._result: SwarmBranchResult | None = None
+        self._error: BaseException | None = None
+        self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def done(self) -> bool:
+        """Whether the branch finished (with a result or an error)."""
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> SwarmBranchResult:
+        """The branch's result; raises its error, or TimeoutError after timeout seconds."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"swarm branch {self.name!r} not finished after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def stream(self) -> Iterator[str]:
+        """Each generated token's text piece as it comes; ends when the branch does (its
+        error, if any, is raised at the end)."""
+        while True:
+            item = self._pieces.get()
+            if item is _END:
+                break
+            yield item
+        if self._error is not None:
+            raise self._error
+
+    # -- the scheduler's side --------------------------------------------------------------
+    def _piece(self, text: str) -> None:
+        self._pieces.put(text)
+
+    def _finish(self, result: SwarmBranchResult | None, error: BaseException | None) -> None:
+        self._result, self._error = result, error
+        self._pieces.put(_END)
+        self._done.set()
