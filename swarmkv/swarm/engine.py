@@ -36,38 +36,48 @@ Row = tuple[Branch, int, bool]  # branch, batch row, whether the row is a genera
 
 @dataclass
 class Ledger:
-    """Cells and sequence ids of the context, and what holds them."""
+    """Cells and sequence ids of the context, and what holds them: documents take ids from
+    [0, max_docs), branches from the rest, so max_live bounds the live branches."""
 
     n_ctx: int
-    free_seqs: list[int]
+    max_docs: int
+    n_seq: int
     cells_used: int = 0
 
-    def can_take(self, cells: int) -> bool:
-        """Whether a sequence id and `cells` KV cells are free."""
-        return bool(self.free_seqs) and self.cells_used + cells <= self.n_ctx
+    def __post_init__(self) -> None:
+        self.free = {
+            "doc": list(range(self.max_docs)),
+            "branch": list(range(self.max_docs, self.n_seq)),
+        }
 
-    def take(self, cells: int) -> int:
-        """A free sequence id, with cells counted as used."""
+    def can_take(self, cells: int, kind: str = "branch") -> bool:
+        """Whether a sequence id of kind and `cells` KV cells are free."""
+        return bool(self.free[kind]) and self.cells_used + cells <= self.n_ctx
+
+    def take(self, cells: int, kind: str = "branch") -> int:
+        """A free sequence id of kind, with cells counted as used."""
         self.cells_used += cells
-        return self.free_seqs.pop(0)
+        return self.free[kind].pop(0)
 
     def give_back(self, seq_id: int, cells: int) -> None:
-        """Return a sequence id and its cells."""
+        """Return a branch's sequence id and its cells."""
         self.cells_used -= cells
-        self.free_seqs.append(seq_id)
+        self.free["branch"].append(seq_id)
 
 
 class Engine:
     """The loop. Public methods are called from any thread under `cond`; `run` is the
     scheduler thread's body and the only code that touches the context."""
 
-    def __init__(self, ctx: Context, policy: Policy, n_batch: int, t0_ns: int) -> None:
+    def __init__(
+        self, ctx: Context, policy: Policy, n_batch: int, t0_ns: int, max_docs: int
+    ) -> None:
         self.ctx = ctx
         self.policy = policy
         self.n_batch = n_batch
         self.t0_ns = t0_ns
         self.cond = threading.Condition()
-        self.ledger = Ledger(ctx.n_ctx, list(range(ctx.n_seq_max)))
+        self.ledger = Ledger(ctx.n_ctx, max_docs, ctx.n_seq_max)
         self.docs: dict[str, DocJob] = {}
         self.waiting: list[Branch] = []
         self.live: list[Branch] = []

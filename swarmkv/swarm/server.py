@@ -83,7 +83,7 @@ class Swarm:
             raise
         self.max_docs = max_docs
         self._t0 = time.perf_counter_ns()
-        self._engine = Engine(self.ctx, self.policy, n_batch, self._t0)
+        self._engine = Engine(self.ctx, self.policy, n_batch, self._t0, max_docs)
         self._seq_no = itertools.count()
         self._thread = threading.Thread(
             target=self._engine.run, name="swarm-scheduler", daemon=True
@@ -119,13 +119,13 @@ class Swarm:
                 raise ConfigError(f"document {name!r} is already in the swarm")
             if len(eng.docs) >= self.max_docs:
                 raise ConfigError(f"the swarm holds max_docs={self.max_docs} documents already")
-            if not eng.ledger.can_take(len(tokens)):
+            if not eng.ledger.can_take(len(tokens), "doc"):
                 raise ContextBudgetError(
                     f"document {name!r} of {len(tokens)} tokens does not fit: "
                     f"{eng.ledger.n_ctx - eng.ledger.cells_used} of n_ctx={eng.ledger.n_ctx} "
                     "cells are free"
                 )
-            eng.docs[name] = DocJob(name, tokens, eng.ledger.take(len(tokens)))
+            eng.docs[name] = DocJob(name, tokens, eng.ledger.take(len(tokens), "doc"))
             eng.cond.notify_all()
         if wait:
             self._wait(lambda: eng.docs[name].ready, timeout_s, f"document {name!r}")
