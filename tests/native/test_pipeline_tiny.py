@@ -204,3 +204,19 @@ def test_device_mode_equals_baseline_on_tiny_model(tiny_model: Model, packing: s
         assert dev[name].tokens == base[name].tokens, name
         assert swarmkv.fidelity.nmse(dev[name].first_logits, base[name].first_logits) == 0.0
         assert dev[name].restore_ms is not None and dev[name].restore_ms > 0
+
+
+@pytest.mark.parametrize("mode", ["fork", "device"])
+def test_branches_finishing_at_different_steps_stay_exact(tiny_model: Model, mode: str) -> None:
+    """Early finishers free their cells mid-wave; the others' later tokens must still land
+    after their own cells (patch 0007), or their logits stop matching the baseline's."""
+    lengths = {"a": 2, "b": 30, "c": 5, "d": 30, "e": 12}
+    with _pipe(tiny_model) as p:
+        for name, n in lengths.items():
+            p.branch(name, prompt=f" {name} asks a question", n_predict=n)
+        base = p.run(mode="baseline", keep_logits="all")
+        got = p.run(mode=mode, keep_logits="all")
+    for name in lengths:
+        assert got[name].tokens == base[name].tokens, name
+        for k, (x, y) in enumerate(zip(got[name].step_logits, base[name].step_logits, strict=True)):
+            assert swarmkv.fidelity.nmse(x, y) == 0.0, f"{name} step {k}"
