@@ -62,8 +62,66 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="skip the run of each mode in a fresh process that measures its own peak RSS",
     )
     p.add_argument("--out", type=Path, default=Path("results"))
+    _add_swarm_options(p)
     p.set_defaults(func=run)
     return p
+
+
+def _add_swarm_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("swarm (--swarm): agents arriving over time")
+    g.add_argument(
+        "--swarm",
+        action="store_true",
+        help="Poisson arrivals against the swarm scheduler (each policy) and host mode's "
+        "global lock; writes swarm.json, swarm.csv, swarm_report.md and CDF plots",
+    )
+    g.add_argument("--rates", default="2", help="comma list of arrival rates (per second)")
+    g.add_argument("--agents", type=int, default=50, help="agents per rate (default 50)")
+    g.add_argument("--n-range", default="32,32", help="n_predict drawn uniformly: MIN,MAX")
+    g.add_argument("--policies", default="fifo,fair,priority", help="swarm policies to run")
+    g.add_argument("--max-live", type=int, default=16, help="live branches at most")
+    g.add_argument("--seed", type=int, default=0, help="seed of the arrivals")
+
+
+def run_swarm(args: argparse.Namespace) -> int:
+    """`swarmkv bench --swarm`: validate, run every rate, print where the outputs went."""
+    from swarmkv.models import default_model_path
+    from swarmkv.swarm.policy import make_policy
+
+    from .swarm_bench import SwarmBenchOptions, run_swarm_bench
+    from .swarm_report import targets
+
+    rates = tuple(float(r) for r in args.rates.split(",") if r)
+    n_range = _ints(args.n_range, "n-range")
+    if len(n_range) != 2:
+        raise ConfigError(f"--n-range: give MIN,MAX, got {args.n_range!r}")
+    n_min, n_max = n_range
+    policies = tuple(p for p in args.policies.split(",") if p)
+    for p in policies:
+        make_policy(p)  # ConfigError naming the choices
+    if not rates or min(rates) <= 0 or args.agents < 1 or not 1 <= n_min <= n_max:
+        raise ConfigError("--swarm needs rates > 0, --agents >= 1 and 1 <= MIN <= MAX in --n-range")
+    opts = SwarmBenchOptions(
+        model_path=args.model or default_model_path(),
+        rates=rates,
+        agents=args.agents,
+        n_min=n_min,
+        n_max=n_max,
+        seed=args.seed,
+        policies=policies,
+        max_live=args.max_live,
+        doc_tokens=_ints(args.doc_tokens, "doc-tokens")[0],
+        threads=args.threads,
+        out_dir=args.out,
+        command=shlex.join(["swarmkv", *sys.argv[1:]]),
+    )
+    report = run_swarm_bench(opts)
+    sys.stdout.write(f"wrote swarm.json, swarm.csv, swarm_report.md and plots to {args.out}\n")
+    for entry in report["rates"]:
+        for name, value, op, goal in targets(entry):
+            status = "met" if value is not None and value >= goal else "missed"
+            sys.stdout.write(f"  {entry['rate']:g}/s {status:7s} {name}: {value:.2f} {op} {goal}\n")
+    return 0
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -108,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
     ConfigError before any model is loaded when matplotlib (the bench extra) is missing.
     """
     require_bench_extra()
+    if args.swarm:
+        return run_swarm(args)
     from swarmkv.models import default_model_path
 
     from .output import write_outputs
