@@ -1,7 +1,7 @@
 """Pipelines described in TOML: load and validate a spec (pure Python), then build a Pipeline.
 
     [settings]                  # all optional; `swarmkv run` flags override these
-    mode = "host"               # host | fork | baseline (default fork)
+    mode = "host"               # host | fork | device | baseline (default fork)
     model = "model.gguf"        # relative to this file's folder (default: the default model)
     ctx_size = 4096             # default: sized from the document and branches
     threads = 2

@@ -22,22 +22,23 @@ from typing import Any, Protocol
 
 from ._native import BUILD, LLAMA_CPP_COMMIT, lib
 from .context import Context
-from .errors import SnapshotMismatchError, SwarmKVError
+from .errors import PoolError, SnapshotMismatchError, SwarmKVError
+from .kvmath import mem_available_bytes
 from .pool import HostBufferPool
 from .snapshot_file import (
+    STATE_MAGIC,
     SnapshotHeader,
     check_build,
     check_context,
     check_model,
+    check_state,
+    check_state_start,
     encode,
     payload_digest,
     read_file_header,
     read_header,
     write_atomically,
 )
-
-# llama.cpp's sequence state starts with this magic and the source seq id (llama-context.cpp)
-_STATE_MAGIC = 0xAF143CD8
 
 
 class StateBytes(Protocol):
@@ -187,11 +188,19 @@ class KVSnapshot:
     def load(path: str | os.PathLike[str], pool: HostBufferPool) -> KVSnapshot:
         """Read a `.swkv` file into a pool buffer. Every check (format, header and its
         checksum, sizes, llama.cpp commit and patches, state checksum) runs before the state
-        is used, and the state is allocated only once the file is known to hold it."""
+        is used, and the state is allocated only once the file is known to hold it, to start
+        like a llama.cpp state and to fit in the memory available (PoolError if not)."""
         path = Path(path)
         with _open(path) as f:
             header, offset = read_header(f, path)
             check_build(header, path, LLAMA_CPP_COMMIT, BUILD["patches"])
+            check_state_start(f, offset, path)
+            avail = mem_available_bytes()
+            if avail is not None and header.nbytes > avail:
+                raise PoolError(
+                    f"{path}: its state of {header.nbytes} bytes exceeds the {avail} bytes of "
+                    "memory available"
+                )
             buf = pool.alloc(header.nbytes)
             try:
                 f.seek(offset)
@@ -212,6 +221,7 @@ class KVSnapshot:
         with _open(path) as f:
             header, offset = read_header(f, path)
             check_build(header, path, LLAMA_CPP_COMMIT, BUILD["patches"])
+            check_state_start(f, offset, path)
             state = MappedState(f, offset, header.nbytes)
         if verify and payload_digest(state.view) != header.sha256:
             state.release()
@@ -306,22 +316,32 @@ def check_restorable(ctx: Context, snap: KVSnapshot) -> None:
     data = snap.data  # raises if released
     theirs = (snap.model_fingerprint, snap.model_name)
     check_model(theirs, where, ctx.model.fingerprint, ctx.model.path.name)
+    settings = ctx.state_settings()
     if snap.context is not None:
-        check_context(snap.context, where, ctx.state_settings())
+        check_context(snap.context, where, settings)
     if snap.n_tokens > ctx.n_ctx_seq:  # one sequence's cells, not the whole context's
         raise SnapshotMismatchError(
             f"snapshot of {snap.n_tokens} tokens exceeds the {ctx.n_ctx_seq} cells of one "
             f"sequence (n_ctx={ctx.n_ctx}, n_seq_max={ctx.n_seq_max})"
         )
-    if len(data) < 8 or struct.unpack_from("<I", data)[0] != _STATE_MAGIC:
-        raise SnapshotMismatchError(f"{where}: the state does not start with llama.cpp's magic")
     if snap.on_device:
+        # its KV data lives in the capturing context (llama.cpp GGML_ASSERTs on a source
+        # sequence it holds no device copy of), so only that context's latest capture restores
+        if len(data) < 8 or struct.unpack_from("<I", data)[0] != STATE_MAGIC:
+            raise SnapshotMismatchError(f"{where}: the state does not start with llama.cpp's magic")
         src_seq = struct.unpack_from("<i", data, 4)[0]
-        if snap.device_of != ctx.device_snapshot_current(src_seq):
+        if snap.device_of is None or snap.device_of != ctx.device_snapshot_current(src_seq):
             raise SnapshotMismatchError(
                 "an ON_DEVICE snapshot restores only into the context that captured it, and "
                 "only until that context captures the same sequence on device again"
             )
+        return
+    # llama.cpp trusts the cell positions and counts it reads (snapshot_file.check_state)
+    n_stream = settings["n_stream"]
+    assert isinstance(n_stream, int)
+    check_state(
+        data, n_tokens=snap.n_tokens, n_stream=n_stream, n_layer=ctx.model.n_layer, where=where
+    )
 
 
 def restore(ctx: Context, seq_id: int, snap: KVSnapshot) -> float:

@@ -15,7 +15,7 @@ import pytest
 from swarmkv.cli import main, parse_args, spec_from_args, unescape
 from swarmkv.cli_output import PrefillBar, format_result
 from swarmkv.demo_command import demo_summary, format_demo
-from swarmkv.errors import ConfigError
+from swarmkv.errors import ConfigError, SnapshotMismatchError
 from swarmkv.pipeline_toml import (
     BranchSpec,
     DocumentSpec,
@@ -337,7 +337,7 @@ def test_unknown_keys_are_named_with_their_place(tmp_path: Path, toml: str, expe
         ("top_p = 0.9", 'top_p = "high"', "'top_p' must be a number"),
         ('stop = ["\\n\\n"]', 'stop = "\\n\\n"', "'stop' must be a list of strings"),
         ('path = "doc.txt"', "path = 3", "[document]: 'path' must be a string"),
-        ('mode = "host"', 'mode = "turbo"', "mode must be one of host, fork, baseline"),
+        ('mode = "host"', 'mode = "turbo"', "mode must be one of host, fork, device, baseline"),
         ("threads = 2", "threads = 0", "'threads' must be >= 1"),
     ],
 )
@@ -357,12 +357,19 @@ def test_document_file_must_exist(tmp_path: Path) -> None:
 
 def test_document_with_both_text_and_path(tmp_path: Path) -> None:
     toml = VALID.replace('path = "doc.txt"', 'path = "doc.txt"\ntext = "Inline."')
-    assert "exactly one of 'path' or 'text'" in error_of(tmp_path, toml)
+    assert "give one of 'path' or 'text', not both" in error_of(tmp_path, toml)
 
 
 def test_document_with_neither_text_nor_path(tmp_path: Path) -> None:
     toml = VALID.replace('path = "doc.txt"', "")
-    assert "exactly one of 'path' or 'text'" in error_of(tmp_path, toml)
+    assert "give one of 'path', 'text' or 'snapshot'" in error_of(tmp_path, toml)
+
+
+def test_document_snapshot_that_is_not_one_fails_before_the_model(tmp_path: Path) -> None:
+    (tmp_path / "not.swkv").write_bytes(b"GGUF" + bytes(60))
+    toml = VALID.replace('path = "doc.txt"', 'snapshot = "not.swkv"')
+    with pytest.raises(SnapshotMismatchError, match=r"not\.swkv is not a SwarmKV snapshot"):
+        load_pipeline_spec(write(tmp_path, toml, "A short document.\n"))
 
 
 def test_duplicate_branch_names(tmp_path: Path) -> None:
