@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from .context import Context
 
 
+def _check_int32(what: str, value: object, low: int) -> None:
+    """BatchError unless value is an int in [low, 2**31) (llama.cpp's int32 fields)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise BatchError(f"{what} must be an integer, got {value!r}")
+    if not low <= int(value) < 2**31:
+        raise BatchError(f"{what} {value} is out of range [{low}, 2**31)")
+
+
 class Batch(Owned):
     """A llama_batch of at most `capacity` tokens, each in up to `n_seq_max` sequences.
 
@@ -60,15 +68,25 @@ class Batch(Owned):
         return {s: (span[0], span[1]) for s, span in self._spans.items()}
 
     def add(self, token: int, pos: int, seq_ids: Sequence[int], logits: bool = False) -> int:
-        """Append one row; returns its index (the i for Context.logits)."""
+        """Append one row; returns its index (the i for Context.logits).
+
+        Every argument is checked before anything is written, so a refused row leaves the
+        batch as it was (BatchError naming the value); Context.decode checks token ids
+        against the model's vocabulary.
+        """
         raw = self.raw
         i = int(raw.n_tokens)
         if i >= self.capacity:
             raise BatchError(f"batch is full ({self.capacity} tokens)")
+        _check_int32("token id", token, 0)
+        _check_int32("position", pos, 0)
         if not seq_ids or len(seq_ids) > self.n_seq_max:
             raise BatchError(f"a token needs 1..{self.n_seq_max} seq ids, got {len(seq_ids)}")
-        if pos < 0:
-            raise BatchError(f"position must be >= 0, got {pos}")
+        for s in seq_ids:
+            _check_int32("seq_id", s, 0)
+            span = self._spans.get(s)
+            if span is not None and pos != span[1] + 1:
+                raise BatchError(f"position gap in seq {s}: pos {pos} follows pos {span[1]}")
         for s in seq_ids:
             self._track(s, pos)
         raw.token[i] = token
@@ -80,14 +98,15 @@ class Batch(Owned):
         raw.n_tokens = i + 1
         return i
 
+    def tokens(self) -> list[int]:
+        """The token ids of the rows added since the last clear()."""
+        raw = self.raw
+        return [int(raw.token[i]) for i in range(int(raw.n_tokens))]
+
     def _track(self, seq_id: int, pos: int) -> None:
-        if seq_id < 0:
-            raise BatchError(f"seq_id must be >= 0, got {seq_id}")
         span = self._spans.get(seq_id)
         if span is None:
             self._spans[seq_id] = [pos, pos]
-        elif pos != span[1] + 1:
-            raise BatchError(f"position gap in seq {seq_id}: pos {pos} follows pos {span[1]}")
         else:
             span[1] = pos
 

@@ -37,6 +37,7 @@ from .errors import SwarmKVError
 from .info_command import add_parser as add_info_parser
 from .interrupt import INTERRUPT, Interrupted, ctrl_c_sets_flag
 from .modes import MODES
+from .nodes import read_stdin_document
 from .pipeline_toml import (
     BranchSpec,
     DocumentSpec,
@@ -99,7 +100,9 @@ def _add_run(subs: Any) -> None:
         metavar="PIPELINE.toml",
         help="a pipeline file (see swarmkv.pipeline_toml for the schema)",
     )
-    run.add_argument("--doc", metavar="FILE", help="the shared document (UTF-8 text)")
+    run.add_argument(
+        "--doc", metavar="FILE", help="the shared document (UTF-8 text; - reads standard input)"
+    )
     run.add_argument(
         "--snapshot",
         metavar="FILE.swkv",
@@ -239,12 +242,18 @@ def spec_from_args(args: argparse.Namespace) -> PipelineFile:
         branches = tuple(
             BranchSpec(f"b{i}", unescape(prompt)) for i, prompt in enumerate(args.branch, 1)
         )
-        doc = Path(args.doc).expanduser() if args.doc is not None else None
-        spec = PipelineFile(DocumentSpec(path=doc), branches)
+        spec = PipelineFile(_document(args.doc), branches)
     if args.snapshot is not None:  # the flag wins over the file's [document] snapshot
         snapshot = Path(args.snapshot).expanduser()
         spec = replace(spec, document=replace(spec.document, snapshot=snapshot))
     return spec.with_settings(settings_from_args(args))
+
+
+def _document(arg: str | None) -> DocumentSpec:
+    """--doc FILE, or `-` for standard input; None when only --snapshot is given."""
+    if arg == "-":
+        return DocumentSpec(text=read_stdin_document("doc"))
+    return DocumentSpec(path=Path(arg).expanduser() if arg is not None else None)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

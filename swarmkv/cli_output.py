@@ -62,7 +62,10 @@ def report_failures(result: PipelineResult) -> int:
     """Write one stderr line per node that did not end ok; returns the exit code, 1 or 0."""
     bad = [o for o in result.outcomes.values() if o.status != "ok"]
     for o in bad:
-        sys.stderr.write(f"{PROG}: node {o.name!r} {o.status}: {o.reason or ''}\n")
+        # the library always gives a reason; the fallbacks keep this line from ever ending
+        # in nothing (it once did, for errors whose message was empty)
+        reason = o.reason or (type(o.error).__name__ if o.error is not None else "no reason given")
+        sys.stderr.write(f"{PROG}: node {o.name!r} {o.status}: {reason}\n")
     return 1 if bad else 0
 
 

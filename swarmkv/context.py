@@ -123,6 +123,9 @@ class Context(Owned):
             raise BatchError("cannot decode an empty batch")
         if n > self.n_batch:
             raise BatchError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        bad = next((t for t in batch.tokens() if t >= self.n_vocab), None)
+        if bad is not None:  # llama.cpp would read past its embedding table
+            raise BatchError(f"token id {bad} is out of range [0, {self.n_vocab}) of this model")
         for seq_id, (first, last) in batch.seq_spans().items():
             self.check_seq(seq_id)
             expected = self.seq_len(seq_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -184,10 +185,8 @@ class Dag:
         `warn_every_s` seconds a warning names the nodes still being waited for. A
         KeyboardInterrupt is re-raised once every thread has ended.
         """
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
-        if warn_every_s <= 0:
-            raise ConfigError(f"warn_every_s must be > 0, got {warn_every_s}")
+        check_seconds("timeout_s", timeout_s)
+        check_seconds("warn_every_s", warn_every_s)
         nodes = dict(self._nodes)  # a snapshot, so add() during a run cannot change it
         validate_graph(nodes)
         order = topo_order(nodes)
@@ -219,6 +218,26 @@ def _as_dep(owner: str, dep: str | Dep) -> Dep:
     if dep.signal is not None and (not isinstance(dep.signal, str) or not dep.signal):
         raise DagError(f"node {owner!r}: signal of {dep.node!r} must be a non-empty string")
     return dep
+
+
+def check_seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
+    """ConfigError unless value is None (no limit) or a finite number of seconds > 0 (>= 0
+    with zero_ok: a wait of 0 only polls).
+
+    NaN compares false with every number, so a NaN deadline would silently never fire.
+    """
+    if value is None:
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ConfigError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason a failed node reports: never empty, since some exceptions carry no
+    message (MemoryError(), KeyError()); then the exception's type names the cause."""
+    return str(exc) or type(exc).__name__
 
 
 def _settled(
@@ -301,7 +320,7 @@ class _Run:
                 except BaseException as exc:  # a worker thread has no caller: record it
                     result = self._stopped(node, started, exc)
         except BaseException as exc:  # only an internal bug gets here
-            result = _settled(node.name, "failed", error=exc)
+            result = _settled(node.name, "failed", error=exc, reason=failure_reason(exc))
         self._finish(node, result)
 
     def _start(self, node: _Node) -> NodeResult | tuple[dict[str, Any], float]:
@@ -323,7 +342,7 @@ class _Run:
             reason = self.cancel_reason() or str(exc) or "cancelled"
             return _settled(node.name, "cancelled", started, error=exc, reason=reason)
         _log.info("node %s failed: %r", node.name, exc)
-        return _settled(node.name, "failed", started, error=exc)
+        return _settled(node.name, "failed", started, error=exc, reason=failure_reason(exc))
 
     def _await_deps(self, node: _Node) -> dict[str, Any] | NodeResult:
         futures = [(dep, self._future(dep)) for dep in node.deps]

@@ -36,9 +36,14 @@ def _check_gguf_file(path: Path) -> None:
         raise ModelLoadError(f"model file not found: {path}")
     if not path.is_file():
         raise ModelLoadError(f"model path is not a file: {path}")
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        magic = f.read(4)
+    # read here, not first in llama.cpp: an unreadable file (permissions, I/O error) then
+    # gets a ModelLoadError naming it instead of a PermissionError traceback
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {path}: {exc.strerror or exc}") from exc
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path} is not a GGUF file (magic {magic!r}, size {size} bytes)")
 

@@ -9,7 +9,7 @@ newline or sentence end) and start the prompt with a space or newline (see READM
 
 from __future__ import annotations
 
-import string
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +21,11 @@ from .sampling import SamplerConfig, TokenCallback
 if TYPE_CHECKING:  # nodes are pure specs: the model is only passed in to tokenize
     from .model import Model
     from .prefix_source import SnapshotSource
+
+
+# `{{name}}` (group 1) or `{name}` (group 2); a name holds no braces (JSON keeps its own)
+_BRACED = re.compile(r"\{\{([^{}]*)\}\}|\{([^{}]*)\}")
+_IDENT = re.compile(r"[A-Za-z_][\w.\-]*")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class PrefillNode:
             text = read_document(name, Path(path))
         if text is not None and not text.strip():
             raise ConfigError(f"prefill {name!r}: the document is empty")
+        if text is not None:
+            _check_utf8(f"prefill {name!r}: the document", text)
         return PrefillNode(name, text, snapshot)
 
     def tokenize(self, model: Model) -> list[int]:
@@ -64,6 +71,30 @@ class PrefillNode:
             assert self.snapshot is not None
             return list(self.snapshot.tokens)
         return model.tokenize(self.text, add_special=True)
+
+
+def _check_utf8(what: str, text: str) -> None:
+    """ConfigError when text cannot be UTF-8 (lone surrogates, e.g. from undecodable argv
+    bytes): llama.cpp's tokenizer takes UTF-8 only."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} is not valid UTF-8 text (character {exc.start}: {exc.reason})"
+        ) from exc
+
+
+def read_stdin_document(name: str) -> str:
+    """The document piped on standard input (`--doc -`), as UTF-8 text."""
+    import sys
+
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"prefill {name!r}: standard input is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from exc
 
 
 def read_document(name: str, p: Path) -> str:
@@ -134,6 +165,8 @@ class BranchNode:
         """
         if not self.prompt.strip():
             raise ConfigError(f"branch {self.name!r}: the prompt is empty")
+        for what, text in (("prompt", self.prompt), *(("stop string", t) for t in self.stop)):
+            _check_utf8(f"branch {self.name!r}: {what}", text)
         if self.n_predict < 1:
             raise ConfigError(f"branch {self.name!r}: n_predict must be >= 1, got {self.n_predict}")
         if self.required_prefix_tokens is not None and self.required_prefix_tokens < 1:
@@ -143,18 +176,35 @@ class BranchNode:
         self.sampler.validate()
 
     def placeholders(self) -> list[str]:
-        """Names of upstream branches the prompt interpolates as {name}."""
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(self.prompt) if f is not None]
-        except ValueError as exc:
-            raise ConfigError(f"branch {self.name!r}: bad prompt template: {exc}") from exc
-        return fields
+        """Names of upstream branches the prompt interpolates: each `{name}` whose name is
+        listed in after. Every other brace is literal text (see render)."""
+        ups = set(self.after)
+        return [m[2] for m in _BRACED.finditer(self.prompt) if m[2] is not None and m[2] in ups]
+
+    def stray_fields(self) -> list[str]:
+        """`{word}` in the prompt naming nothing in after: kept literally, maybe a typo."""
+        ups = set(self.after)
+        return [
+            m[2]
+            for m in _BRACED.finditer(self.prompt)
+            if m[2] is not None and m[2] not in ups and _IDENT.fullmatch(m[2])
+        ]
 
     def render(self, upstream_text: dict[str, str]) -> str:
-        """The prompt with each {name} replaced by that upstream branch's text."""
-        if not self.placeholders():
-            return self.prompt
-        return self.prompt.format(**upstream_text)
+        """The prompt with each `{name}` of an upstream branch replaced by its text and each
+        `{{name}}` written as `{name}` (name: an upstream branch's, or any word of letters,
+        digits, `_`, `.` and `-`: the escape works whether or not the word names a branch);
+        any other brace is kept as written, so JSON or code in a prompt needs no escaping."""
+
+        def sub(m: re.Match[str]) -> str:
+            escaped, name = m[1], m[2]
+            if escaped is not None and (escaped in upstream_text or _IDENT.fullmatch(escaped)):
+                return "{" + escaped + "}"
+            if name is not None and name in upstream_text:
+                return upstream_text[name]
+            return m[0]
+
+        return _BRACED.sub(sub, self.prompt)
 
     def prompt_tokens(self, model: Model, upstream_text: dict[str, str]) -> list[int]:
         """Token ids of the rendered prompt, without BOS (it continues the document)."""
@@ -162,6 +212,6 @@ class BranchNode:
 
     def estimated_prompt_tokens(self, model: Model, n_predict_of: dict[str, int]) -> int:
         """Upper estimate before upstream text exists: its n_predict tokens plus slack each."""
-        names = self.placeholders()
-        base = model.tokenize(self.render({n: "" for n in names}), add_special=False)
+        names = [n for n in self.placeholders() if n in n_predict_of]  # branches, not the doc
+        base = model.tokenize(self.render(dict.fromkeys(names, "")), add_special=False)
         return len(base) + sum(n_predict_of[n] + 4 for n in names)

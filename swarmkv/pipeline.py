@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .budget import BranchNeed, plan_budget
 from .concurrency import ConcurrencyPolicy
 from .context_config import ContextConfig, FlashAttn
+from .dag import check_seconds
 from .errors import ConfigError, DagError, PipelineError
 from .handoff import Handoff, Plan, make_handoff
 from .model import Model
@@ -34,7 +35,7 @@ from .pool import HostBufferPool
 from .prefix_source import SnapshotSource
 from .results import BranchResult, NodeOutcome, PipelineResult, ms
 from .sampling import TokenCallback
-from .spec import PipelineSpec
+from .spec import PipelineSpec, check_sequences
 
 if TYPE_CHECKING:
     from .snapshot import KVSnapshot
@@ -50,6 +51,9 @@ class RunOptions:
     timeout_s: float | None = None
     raise_on_failure: bool = True
     keep_logits: bool | str = False
+
+    def __post_init__(self) -> None:
+        check_seconds("timeout_s", self.timeout_s)  # before any planning or tokenizing
 
 
 class Pipeline:
@@ -210,6 +214,7 @@ class Pipeline:
     ) -> Plan:
         """Validate, tokenize and size everything for one run; allocates only the pool."""
         branches = self.spec(opts.mode).validate()
+        check_sequences(opts.mode, len(branches), self.base.n_batch)
         handoff.check(self.model, self.base)
         assert self.doc is not None
         doc_tokens = self.doc.tokenize(self.model)

@@ -39,6 +39,7 @@ fails in milliseconds instead of after the model load.
 from __future__ import annotations
 
 import difflib
+import math
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -50,7 +51,7 @@ from .errors import ConfigError
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
 from .snapshot_file import read_file_header
-from .spec import DEFAULT_MODE, PipelineSpec
+from .spec import DEFAULT_MODE, PipelineSpec, check_sequences
 
 if TYPE_CHECKING:
     from .model import Model
@@ -187,7 +188,9 @@ def _is_int(v: object) -> bool:
 
 
 def _is_float(v: object) -> bool:
-    return _is_int(v) or isinstance(v, float)
+    # TOML spells nan and inf as floats; no setting means anything by them (temperature nan
+    # once sampled token 262143 every step), so they are refused here, where the file is named
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
 def _is_str_list(v: object) -> bool:
@@ -198,7 +201,7 @@ def _is_str_list(v: object) -> bool:
 _Kind = tuple[Callable[[object], bool], str]
 _STR: _Kind = (lambda v: isinstance(v, str), "a string")
 _INT: _Kind = (_is_int, "an integer")
-_FLOAT: _Kind = (_is_float, "a number")
+_FLOAT: _Kind = (_is_float, "a finite number")
 _BOOL: _Kind = (lambda v: isinstance(v, bool), "true or false")
 _STRS: _Kind = (_is_str_list, "a list of strings")
 _STR_OR_STRS: _Kind = (lambda v: isinstance(v, str) or _is_str_list(v), "a string or strings")
@@ -378,6 +381,7 @@ def check_spec(spec: PipelineFile) -> None:
             f"{label}threads must be at most {GGML_MAX_N_THREADS} (ggml's limit), got {threads}"
         )
     spec.pipeline_spec().validate()
+    check_sequences(spec.mode, len(spec.branches), spec.settings.n_batch or 512)
 
 
 # -- building -------------------------------------------------------------------------------

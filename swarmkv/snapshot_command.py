@@ -31,7 +31,9 @@ def add_parser(subs: Any, common: Any) -> None:
     create = verbs.add_parser(
         "create", allow_abbrev=False, help="prefill a document and save its KV state"
     )
-    create.add_argument("--doc", required=True, metavar="FILE", help="the document (UTF-8)")
+    create.add_argument(
+        "--doc", required=True, metavar="FILE", help="the document (UTF-8; - reads standard input)"
+    )
     create.add_argument(
         "-o", "--output", required=True, metavar="FILE.swkv", help="the snapshot file to write"
     )
@@ -52,10 +54,14 @@ def add_parser(subs: Any, common: Any) -> None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """Prefill --doc once, capture its state and save it atomically to --output."""
-    from .nodes import read_document
+    from .nodes import read_document, read_stdin_document
     from .pipeline import Pipeline  # native work only once the arguments are known good
 
-    text = read_document("doc", Path(args.doc).expanduser())  # before the model loads
+    # the document is read before the model loads: a bad one fails in milliseconds
+    if args.doc == "-":
+        text = read_stdin_document("doc")
+    else:
+        text = read_document("doc", Path(args.doc).expanduser())
     out = Path(args.output).expanduser()
     model = Path(args.model).expanduser() if args.model else None
     with Pipeline(model, n_threads=args.threads, exact=args.exact) as pipe:

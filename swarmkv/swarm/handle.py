@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dag import check_seconds
 from ..errors import SwarmKVError
 
 
@@ -75,6 +76,7 @@ class BranchHandle:
 
     def result(self, timeout: float | None = None) -> SwarmBranchResult:
         """The branch's result; raises its error, or TimeoutError after timeout seconds."""
+        check_seconds("timeout", timeout, zero_ok=True)  # Event.wait(nan) would not wait
         if not self._done.wait(timeout):
             raise TimeoutError(f"swarm branch {self.name!r} not finished after {timeout} s")
         if self._error is not None:

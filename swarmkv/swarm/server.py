@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..context import Context
 from ..context_config import LLAMA_MAX_SEQ, ContextConfig
+from ..dag import check_seconds
 from ..errors import ConfigError, ContextBudgetError
 from ..model import Model
 from ..models import default_model_path
@@ -104,6 +105,7 @@ class Swarm:
         """Prefill a document on its own sequence (interleaved with running branches);
         returns its token count. wait=False returns at once (branches queue until it is in).
         """
+        check_seconds("timeout_s", timeout_s, zero_ok=True)  # before the document is queued
         if (text is None) == (path is None):
             raise ConfigError(f"document {name!r}: give exactly one of text= or path=")
         if path is not None:
@@ -201,6 +203,8 @@ class Swarm:
         self._wait(lambda: not eng.waiting and not eng.live, timeout_s, "the swarm to drain")
 
     def _wait(self, ready: object, timeout_s: float | None, what: str) -> None:
+        # a NaN timeout would make Condition.wait return at once, forever: a busy loop
+        check_seconds("timeout_s", timeout_s, zero_ok=True)
         eng = self._engine
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with eng.cond:

@@ -52,6 +52,22 @@ def test_directory_as_model_path(tmp_path: Path) -> None:
         Model(tmp_path)
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
+def test_model_file_without_read_permission(tiny_model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "locked.gguf"
+    path.write_bytes(tiny_model_path.read_bytes()[:64])
+    path.chmod(0)
+    with pytest.raises(ModelLoadError, match=f"cannot read model file {path}: Permission denied"):
+        Model(path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
+def test_model_file_that_fails_to_read() -> None:
+    # a regular file whose read fails for every user (root included): EIO at offset 0
+    with pytest.raises(ModelLoadError, match=r"cannot read model file .*: Input/output error"):
+        Model("/proc/self/mem")
+
+
 @pytest.mark.parametrize("content", [b"", b"GGU", b"not a model at all\n" * 64])
 def test_non_gguf_file(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "model.gguf"
@@ -269,11 +285,38 @@ def test_seq_id_outside_n_seq_max(ctx2: Context) -> None:
         ctx2.seq_cp(0, 2)
 
 
-def test_token_outside_the_vocabulary_is_a_native_call_error(ctx2: Context) -> None:
+def test_token_outside_the_vocabulary_is_refused_before_decoding(ctx2: Context) -> None:
     with Batch(8) as batch:
         batch.add(40000, 0, [0], logits=True)
-        with pytest.raises(swarmkv.NativeCallError, match="llama_decode returned -1"):
+        with pytest.raises(BatchError, match=r"token id 40000 is out of range \[0, 32000\)"):
             ctx2.decode(batch)
+    assert ctx2.seq_pos_max(0) is None  # nothing reached llama_decode
+
+
+@pytest.mark.parametrize(
+    ("token", "pos", "seq_id", "match"),
+    [
+        (2**40, 1, 0, r"token id 1099511627776 is out of range \[0, 2\*\*31\)"),
+        (-1, 1, 0, r"token id -1 is out of range \[0, 2\*\*31\)"),
+        (1.5, 1, 0, "token id must be an integer, got 1.5"),
+        (True, 1, 0, "token id must be an integer, got True"),
+        (5, 2**31, 0, r"position 2147483648 is out of range \[0, 2\*\*31\)"),
+        (5, 1, 2**40, r"seq_id 1099511627776 is out of range \[0, 2\*\*31\)"),
+    ],
+)
+def test_a_refused_row_leaves_the_batch_usable(
+    ctx2: Context, token: object, pos: int, seq_id: int, match: str
+) -> None:
+    # a token id of 2**40 used to raise OverflowError from cffi after the sequence span was
+    # already recorded, so the next valid row was refused as a position gap
+    with Batch(4, 2) as batch:
+        batch.add(1, 0, [0])
+        with pytest.raises(BatchError, match=match):
+            batch.add(token, pos, [seq_id])  # type: ignore[arg-type]
+        assert batch.add(100, 1, [0], logits=True) == 1
+        assert batch.tokens() == [1, 100] and batch.seq_spans() == {0: (0, 1)}
+        ctx2.decode(batch)
+    assert np.isfinite(ctx2.logits(1)).all()
 
 
 def test_sampler_on_a_row_without_logits_raises(ctx2: Context) -> None:
@@ -421,10 +464,106 @@ def test_batch_and_sampler_use_after_close(ctx2: Context) -> None:
         sampler.reset()
 
 
-def test_more_threads_than_cpus_warns(tiny_model: Model, caplog: pytest.LogCaptureFixture) -> None:
-    import os
+def test_more_threads_than_cpus_warns_once(
+    tiny_model: Model, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import swarmkv.context_config
 
+    monkeypatch.setattr(swarmkv.context_config, "_warned", set())
     too_many = len(os.sched_getaffinity(0)) + 1
+    config = ContextConfig(n_ctx=256, n_batch=64, n_threads=too_many)
     with caplog.at_level("WARNING", logger="swarmkv.config"):
-        ContextConfig(n_ctx=256, n_batch=64, n_threads=too_many).validate(tiny_model)
-    assert f"n_threads={too_many} exceeds" in caplog.text
+        for _ in range(3):  # host mode validates one config per branch context
+            config.validate(tiny_model)
+    assert caplog.text.count(f"n_threads={too_many} exceeds") == 1
+
+
+# -- pipelines -----------------------------------------------------------------------------
+
+PIPE_DOC = "SwarmKV prefills a shared document once and fans it out to many branches. " * 4
+
+
+@pytest.fixture
+def no_contexts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a llama context is created: the check must come first."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a llama context was created before the input was checked")
+
+    monkeypatch.setattr(Context, "__init__", refuse)
+
+
+@pytest.mark.usefixtures("no_contexts")
+@pytest.mark.parametrize(
+    ("setup", "run", "match"),
+    [
+        (
+            {"n_batch": 1},
+            {"mode": "fork"},
+            r"fork mode needs n_batch >= 3 \(one output row per sequence",
+        ),
+        ({}, {"timeout_s": float("nan")}, "timeout_s must be a finite number of seconds > 0"),
+        ({}, {"timeout_s": float("inf")}, "timeout_s must be a finite number of seconds > 0"),
+    ],
+)
+def test_pipeline_input_refused_before_any_context(
+    tiny_model: Model, setup: dict[str, Any], run: dict[str, Any], match: str
+) -> None:
+    from swarmkv.pipeline import Pipeline
+
+    with Pipeline(tiny_model, n_threads=1, **setup) as p:
+        p.prefill("doc", text=PIPE_DOC)
+        p.branch("a", prompt=" A", n_predict=2)
+        p.branch("b", prompt=" B", n_predict=2)
+        with pytest.raises(ConfigError, match=match):
+            p.run(**run)
+
+
+@pytest.mark.usefixtures("no_contexts")
+def test_more_branches_than_llama_sequences(tiny_model: Model) -> None:
+    from swarmkv.pipeline import Pipeline
+
+    with Pipeline(tiny_model, n_threads=1) as p:
+        p.prefill("doc", text=PIPE_DOC)
+        for i in range(256):
+            p.branch(f"b{i}", prompt=" Q", n_predict=1)
+        with pytest.raises(ConfigError, match=r"257 sequences, but llama\.cpp allows 256"):
+            p.run(mode="fork")
+
+
+def test_fork_with_names_like_its_internal_nodes_and_dotted_placeholders(
+    tiny_model: Model,
+) -> None:
+    """fork mode runs its branches as DAG nodes named wave-N: a document or branch named so
+    must not collide with them; `{q1.summary}` is a placeholder (str.format read the dot as
+    attribute access)."""
+    from swarmkv.pipeline import Pipeline
+
+    with Pipeline(tiny_model, n_threads=1) as p:
+        p.prefill("wave-0", text=PIPE_DOC)
+        p.branch("wave-1", prompt=" Q", n_predict=3)
+        p.branch("q1.summary", prompt=" S", n_predict=3)
+        p.branch("b", prompt=" Was {q1.summary} right?", after=["q1.summary"], n_predict=3)
+        result = p.run(mode="fork")
+    assert result.ok, {n: o.reason for n, o in result.outcomes.items()}
+    assert list(result.branches) == ["wave-1", "q1.summary", "b"]
+    rendered = f" Was {result['q1.summary'].text} right?"
+    assert result["b"].prompt_tokens == len(tiny_model.tokenize(rendered, add_special=False))
+
+
+def test_swarm_refuses_non_finite_timeouts(tiny_model: Model) -> None:
+    # Condition.wait(nan) and Event.wait(nan) return at once: a NaN timeout made
+    # add_document spin and result() raise TimeoutError "after nan s"
+    from swarmkv.swarm import Swarm
+
+    nan, message = float("nan"), "must be a finite number of seconds >= 0, got nan"
+    with Swarm(tiny_model, n_ctx=512, max_live=1, max_docs=1, n_threads=1) as swarm:
+        with pytest.raises(ConfigError, match=f"timeout_s {message}"):
+            swarm.add_document("d", text=PIPE_DOC, timeout_s=nan)
+        swarm.add_document("d", text=PIPE_DOC)  # nothing was queued by the refused call
+        handle = swarm.submit("d", " Q", n_predict=2)
+        with pytest.raises(ConfigError, match=f"timeout {message}"):
+            handle.result(timeout=nan)
+        with pytest.raises(ConfigError, match="timeout_s must be a finite number"):
+            swarm.drain(timeout_s=float("inf"))
+        assert len(handle.result(timeout=60).tokens) == 2

@@ -334,7 +334,7 @@ def test_unknown_keys_are_named_with_their_place(tmp_path: Path, toml: str, expe
         ("threads = 2", 'threads = "2"', "[settings]: 'threads' must be an integer"),
         ("ctx_size = 2048", "ctx_size = true", "'ctx_size' must be an integer"),
         ("n_predict = 16", "n_predict = 1.5", "branch[1] 'summary': 'n_predict' must be an integ"),
-        ("top_p = 0.9", 'top_p = "high"', "'top_p' must be a number"),
+        ("top_p = 0.9", 'top_p = "high"', "'top_p' must be a finite number"),
         ('stop = ["\\n\\n"]', 'stop = "\\n\\n"', "'stop' must be a list of strings"),
         ('path = "doc.txt"', "path = 3", "[document]: 'path' must be a string"),
         ('mode = "host"', 'mode = "turbo"', "mode must be one of host, fork, device, baseline"),
@@ -516,7 +516,9 @@ def test_non_finite_sampling_values_in_toml_are_refused(
         f'[document]\ntext = "Doc."\n[[branch]]\nname = "q"\nprompt = " Q"\n{key} = {value}\n'
     )
     assert main(["run", str(toml), "-m", "/nonexistent"]) == 2
-    assert f"{key} must be a finite number" in capsys.readouterr().err
+    assert f"branch[1] 'q': {key!r} must be a finite number, got float {value}" in (
+        capsys.readouterr().err
+    )
 
 
 def test_absurd_thread_count_is_refused_before_loading(

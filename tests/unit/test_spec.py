@@ -33,7 +33,11 @@ def test_returns_branches_in_topological_order() -> None:
         (PipelineSpec(DOC, (branch("a"), branch("a"))), DagError, "duplicate node name 'a'"),
         (PipelineSpec(DOC, (branch("doc"),)), DagError, "duplicate node name 'doc'"),
         (PipelineSpec(DOC, (branch("a", "  "),)), ConfigError, "prompt is empty"),
-        (PipelineSpec(DOC, (branch("a", " {b}"),)), ConfigError, "uses {b}"),
+        (
+            PipelineSpec(DOC, (branch("a", " {b}"), branch("b"))),
+            ConfigError,
+            "uses {b}, but 'b' is not in its after=",
+        ),
         (PipelineSpec(DOC, (branch("a", after=("zz",)),)), DagError, "zz"),
         (
             PipelineSpec(DOC, (branch("a", after=("b",)), branch("b", after=("a",)))),
