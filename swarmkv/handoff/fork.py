@@ -131,7 +131,7 @@ def _branch_outcome(name: str, value: Any, stopped: NodeResult | None) -> NodeOu
         return NodeOutcome(name, "failed", repr(value), value)
     if stopped is not None:
         return NodeOutcome(name, stopped.status, stopped.reason, stopped.error)
-    return NodeOutcome(name, "skipped")
+    return NodeOutcome(name, "skipped", "not run: its wave produced no result for it")
 
 
 Share = Callable[[Plan, Context, list[int], int], None]
