@@ -179,6 +179,12 @@ class BranchState:
                 return True
         return False
 
+    def span_ns(self) -> tuple[int, int]:
+        """(first token, end) timestamps; a branch that generated nothing, or is still
+        running, counts from its end, or from now."""
+        now = time.perf_counter_ns()
+        return self.t_first_ns or self.t_end_ns or now, self.t_end_ns or now
+
     def fail(self, exc: BaseException) -> None:
         """Record exc as the branch's error, which makes it done."""
         self.error = exc

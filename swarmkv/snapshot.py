@@ -34,6 +34,7 @@ from .snapshot_file import (
     check_state,
     check_state_start,
     encode,
+    open_snapshot_file,
     payload_digest,
     read_file_header,
     read_header,
@@ -191,7 +192,7 @@ class KVSnapshot:
         is used, and the state is allocated only once the file is known to hold it, to start
         like a llama.cpp state and to fit in the memory available (PoolError if not)."""
         path = Path(path)
-        with _open(path) as f:
+        with open_snapshot_file(path) as f:
             header, offset = read_header(f, path)
             check_build(header, path, LLAMA_CPP_COMMIT, BUILD["patches"])
             check_state_start(f, offset, path)
@@ -218,7 +219,7 @@ class KVSnapshot:
         copy of its state. The same checks as load(); verify=False skips only the state
         checksum (it reads every page once)."""
         path = Path(path)
-        with _open(path) as f:
+        with open_snapshot_file(path) as f:
             header, offset = read_header(f, path)
             check_build(header, path, LLAMA_CPP_COMMIT, BUILD["patches"])
             check_state_start(f, offset, path)
@@ -227,17 +228,6 @@ class KVSnapshot:
             state.release()
             raise SnapshotMismatchError(f"{path}: state checksum mismatch (corrupt)")
         return _from_header(header, state, path)
-
-
-def _open(path: Path) -> Any:
-    if path.is_dir():
-        raise SnapshotMismatchError(f"{path} is a directory, not a snapshot file")
-    try:
-        return path.open("rb")
-    except FileNotFoundError:
-        raise SnapshotMismatchError(f"snapshot file not found: {path}") from None
-    except OSError as exc:
-        raise SnapshotMismatchError(f"cannot read snapshot {path}: {exc.strerror}") from exc
 
 
 def _from_header(header: SnapshotHeader, state: StateBytes, path: Path) -> KVSnapshot:

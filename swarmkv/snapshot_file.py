@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import struct
@@ -485,15 +486,20 @@ def payload_digest(data: memoryview | bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_file_header(path: Path) -> SnapshotHeader:
-    """The checked header of the `.swkv` file at path (no state read; pure Python)."""
-    path = Path(path)
+def open_snapshot_file(path: Path) -> io.BufferedReader:
+    """The `.swkv` file at path, open for reading; SnapshotMismatchError naming what is wrong."""
     if path.is_dir():
         raise SnapshotMismatchError(f"{path} is a directory, not a snapshot file")
     try:
-        with path.open("rb") as f:
-            return read_header(f, path)[0]
+        return path.open("rb")
     except FileNotFoundError:
         raise SnapshotMismatchError(f"snapshot file not found: {path}") from None
     except OSError as exc:
         raise SnapshotMismatchError(f"cannot read snapshot {path}: {exc.strerror}") from exc
+
+
+def read_file_header(path: Path) -> SnapshotHeader:
+    """The checked header of the `.swkv` file at path (no state read; pure Python)."""
+    path = Path(path)
+    with open_snapshot_file(path) as f:
+        return read_header(f, path)[0]

@@ -174,8 +174,7 @@ def result_of(
     """Raise the branch's own error, else package its output and timings."""
     if st.error is not None:
         raise st.error
-    first = st.t_first_ns or st.t_end_ns or time.perf_counter_ns()
-    end = st.t_end_ns or time.perf_counter_ns()
+    first, end = st.span_ns()
     return BranchResult(
         name=b.name,
         prompt=b.prompt,

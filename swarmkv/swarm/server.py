@@ -27,7 +27,7 @@ from ..dag import check_seconds
 from ..errors import ConfigError, ContextBudgetError
 from ..model import Model
 from ..models import default_model_path
-from ..sampling import SamplerConfig
+from ..nodes import BranchNode
 from .engine import Engine
 from .handle import BranchHandle
 from .policy import Policy, make_policy
@@ -154,18 +154,22 @@ class Swarm:
         ConfigError for an unknown document, an empty prompt, n_predict < 1, bad sampler
         settings, or a branch that could never fit the context.
         """
-        if not prompt.strip():
-            raise ConfigError("swarm branch: the prompt is empty")
-        if n_predict < 1:
-            raise ConfigError(f"swarm branch: n_predict must be >= 1, got {n_predict}")
-        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed)
-        sampler.validate()
-        stops = tuple(stop)
-        if any(not s for s in stops):
-            raise ConfigError("swarm branch: stop strings must not be empty")
-        tokens = self.model.tokenize(prompt, add_special=False)
         seq_no = next(self._seq_no)
         label = name or f"q{seq_no}"
+        # the same checks as a pipeline branch's (prompt, n_predict, sampler, stop, UTF-8)
+        node = BranchNode.from_options(
+            label,
+            prompt=prompt,
+            n_predict=n_predict,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            seed=seed,
+            stop=stop,
+        )
+        node.validate()
+        tokens = self.model.tokenize(prompt, add_special=False)
         eng = self._engine
         with eng.cond:
             self._check_open()
@@ -182,7 +186,16 @@ class Swarm:
             arrival = (time.perf_counter_ns() - self._t0) / 1e9
             eng.waiting.append(
                 Branch(
-                    seq_no, label, doc, tokens, n_predict, sampler, stops, priority, arrival, handle
+                    seq_no,
+                    label,
+                    doc,
+                    tokens,
+                    n_predict,
+                    node.sampler,
+                    node.stop,
+                    priority,
+                    arrival,
+                    handle,
                 )
             )
             eng.cond.notify_all()

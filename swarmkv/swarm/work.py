@@ -10,6 +10,7 @@ Sequence ids and KV cells of the swarm's one context (unified KV cache):
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -68,9 +69,8 @@ class Branch:
         """The finished branch's output and latencies (ms from arrival)."""
         st = self.state
         assert st is not None and self.admit_ns is not None
-        first = st.t_first_ns or st.t_end_ns or time.perf_counter_ns()
-        end = st.t_end_ns or time.perf_counter_ns()
-        gaps = tuple((b - a) / 1e6 for a, b in zip(self.token_ns, self.token_ns[1:], strict=False))
+        first, end = st.span_ns()
+        gaps = tuple((b - a) / 1e6 for a, b in itertools.pairwise(self.token_ns))
         return SwarmBranchResult(
             name=self.name,
             doc=self.doc,

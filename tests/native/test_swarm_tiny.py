@@ -89,6 +89,8 @@ def test_bad_submissions_are_refused_at_once(tiny_model: Model) -> None:
             sw.submit("nope", " hi")
         with pytest.raises(ConfigError, match="prompt is empty"):
             sw.submit("a", "  ")
+        with pytest.raises(ConfigError, match="prompt is not valid UTF-8"):
+            sw.submit("a", " bad \udcff byte")  # a pipeline branch's checks, before tokenizing
         with pytest.raises(ContextBudgetError, match=r"exceed the \d+ cells left"):
             sw.submit("a", " hi", n_predict=5000)
         with pytest.raises(ConfigError, match="already in the swarm"):
