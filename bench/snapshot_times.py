@@ -86,13 +86,13 @@ def summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {k: trials[0][k] for k in ("tokens", "state_bytes", "file_bytes")}
     out["restore_exact"] = all(t["restore_exact"] for t in trials)
     for key in [k for k in trials[0] if k.endswith("_ms")]:
-        values = [t[key] for t in trials]
-        out[key] = [
-            round(statistics.median(values), 2),
-            round(min(values), 2),
-            round(max(values), 2),
-        ]
+        out[key] = spread([t[key] for t in trials], 2)
     return out
+
+
+def spread(values: list[float], digits: int) -> list[float]:
+    """[median, min, max], rounded: how measuring.md quotes a timing."""
+    return [round(v, digits) for v in (statistics.median(values), min(values), max(values))]
 
 
 def main() -> None:

@@ -139,6 +139,21 @@ def _add_run(subs: Any) -> None:
         "--temp", type=float, metavar="F", help="sampling temperature; 0 is greedy (default: 0)"
     )
     run.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run the branches on Ray workers (pip install '.[dist]'): alone, a local Ray "
+        "instance on this machine; with ADDRESS (auto, ray://host:10001), that cluster. The "
+        "document is prefilled here once and sent to the workers through Ray's object store",
+    )
+    run.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="Ray workers, each loading the model once (default: 2; needs --ray)",
+    )
+    run.add_argument(
         "--exact",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -206,6 +221,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 "run: give --doc FILE (or --snapshot FILE.swkv) and at least one --branch "
                 "TEXT, or a PIPELINE.toml file"
             )
+        if args.workers is not None and args.ray is None:
+            parser.error("run: --workers needs --ray")
     return args
 
 
@@ -260,7 +277,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)  # fully validated before build_pipeline loads the model
     # failures are reported below, not raised, so the branches that worked still print
     with build_pipeline(spec) as pipe, PrefillBar(sys.stderr.isatty()) as bar:
-        result = pipe.run(spec.mode, raise_on_failure=False, progress=bar)
+        if args.ray is not None:
+            from .dist import run_on_ray
+
+            address = None if args.ray == "local" else args.ray
+            result = run_on_ray(
+                pipe,
+                spec.mode,
+                workers=args.workers or 2,
+                address=address,
+                threads=args.threads,
+                raise_on_failure=False,
+                progress=bar,
+            )
+        else:
+            result = pipe.run(spec.mode, raise_on_failure=False, progress=bar)
     if args.json:
         write_json({**result.to_dict(), "ok": result.ok})
     else:

@@ -105,7 +105,27 @@ def format_result(result: PipelineResult) -> str:
         title += f"reused {result.reused_tokens} of them from the snapshot\n"
     title += "\n"
     answers = "".join(_answer_block(b.name, b.prompt, b.text) for b in result.branches.values())
-    return title + answers + "\n" + format_timings(result)
+    return title + answers + "\n" + format_timings(result) + format_dist(result.dist)
+
+
+def format_dist(dist: dict[str, Any] | None) -> str:
+    """Where a Ray run's time went: the driver's prefill and put, then each worker's."""
+    if dist is None:
+        return ""
+    made = "prefill + capture" if dist["driver_prefilled"] else "snapshot opened"
+    lines = [
+        f"ray: driver {made} {dist['driver_prefill_ms']:.1f} ms, object store put "
+        f"{dist['put_ms']:.1f} ms ({dist['snapshot_bytes']} bytes, once)\n"
+    ]
+    for w in dist["workers"]:
+        lines.append(
+            f"  worker {w['worker']} on {w['host']}: {w['branches']} branches, model load "
+            f"{w.get('load_ms', float('nan')):.0f} ms (once), get {w['get_ms']:.1f} ms, "
+            f"verify {w['verify_ms']:.1f} ms, restore {w['restore_ms']:.1f} ms, "
+            f"run {w['run_ms']:.1f} ms\n"
+        )
+    lines += [f"  worker {w['worker']} LOST: {w['error']}\n" for w in dist["lost_workers"]]
+    return "".join(lines)
 
 
 def write_json(obj: dict[str, Any]) -> None:

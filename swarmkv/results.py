@@ -86,6 +86,7 @@ class PipelineResult:
     kv_bytes: int | None = None  # resident KV cache bytes of the branch context(s)
     decode_stats: dict[str, float] = field(default_factory=dict)  # see decoding.DecodeStats
     reused_tokens: int = 0  # document tokens restored from a snapshot instead of prefilled
+    dist: dict[str, Any] | None = None  # a Ray run's workers and timings (swarmkv.dist)
 
     @property
     def ok(self) -> bool:
@@ -112,4 +113,5 @@ class PipelineResult:
             "nodes": {
                 n: {"status": o.status, "reason": o.reason} for n, o in self.outcomes.items()
             },
+            **({"dist": self.dist} if self.dist is not None else {}),
         }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from swarmkv.errors import ConfigError
 
-from .modes import PEERS
+from .modes import PEER_PREFIX, PEERS, peer_setups
 from .workload import BenchConfig
 
 PAPER_DOC_TOKENS = 3501
@@ -54,7 +54,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("-m", "--model", type=Path, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=None)
-    p.add_argument("--peers", action="store_true", help="add every llama-server setup to --modes")
+    p.add_argument(
+        "--peers",
+        nargs="?",
+        const="all",
+        default=None,
+        metavar="SETUPS",
+        help="llama-server peers (bench/build_llama_server.sh): all (the value when none is "
+        "given), none, or a comma list of np1, npN, npNslots. Without --swarm: add them to "
+        "--modes (all: every server mode, +swa_window too). With --swarm: replay the same "
+        "arrivals against each (default: all three when llama-server is built)",
+    )
     p.add_argument(
         "--no-memory-probe",
         dest="memory_probe",
@@ -72,8 +82,9 @@ def _add_swarm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--swarm",
         action="store_true",
-        help="Poisson arrivals against the swarm scheduler (each policy) and host mode's "
-        "global lock; writes swarm.json, swarm.csv, swarm_report.md and CDF plots",
+        help="Poisson arrivals against the swarm scheduler (each policy), host mode's "
+        "global lock and llama-server (--peers); writes swarm.json, swarm.csv, "
+        "swarm_report.md and plots",
     )
     g.add_argument("--rates", default="2", help="comma list of arrival rates (per second)")
     g.add_argument("--agents", type=int, default=50, help="agents per rate (default 50)")
@@ -88,8 +99,10 @@ def run_swarm(args: argparse.Namespace) -> int:
     from swarmkv.models import default_model_path
     from swarmkv.swarm.policy import make_policy
 
+    from .peer_server import find_llama_server
     from .swarm_bench import SwarmBenchOptions, run_swarm_bench
-    from .swarm_report import targets
+    from .swarm_peers import select_peers
+    from .swarm_report import format_value, target_status, targets
 
     rates = tuple(float(r) for r in args.rates.split(",") if r)
     n_range = _ints(args.n_range, "n-range")
@@ -101,6 +114,8 @@ def run_swarm(args: argparse.Namespace) -> int:
         make_policy(p)  # ConfigError naming the choices
     if not rates or min(rates) <= 0 or args.agents < 1 or not 1 <= n_min <= n_max:
         raise ConfigError("--swarm needs rates > 0, --agents >= 1 and 1 <= MIN <= MAX in --n-range")
+    peer_bin = find_llama_server()
+    peers = select_peers(args.peers, peer_bin)  # ConfigError before the model loads
     opts = SwarmBenchOptions(
         model_path=args.model or default_model_path(),
         rates=rates,
@@ -114,13 +129,15 @@ def run_swarm(args: argparse.Namespace) -> int:
         threads=args.threads,
         out_dir=args.out,
         command=shlex.join(["swarmkv", *sys.argv[1:]]),
+        peers=peers,
+        peer_bin=peer_bin,
     )
     report = run_swarm_bench(opts)
     sys.stdout.write(f"wrote swarm.json, swarm.csv, swarm_report.md and plots to {args.out}\n")
     for entry in report["rates"]:
         for name, value, op, goal in targets(entry):
-            status = "met" if value is not None and value >= goal else "missed"
-            sys.stdout.write(f"  {entry['rate']:g}/s {status:7s} {name}: {value:.2f} {op} {goal}\n")
+            status, shown = target_status(value, goal), format_value(value)
+            sys.stdout.write(f"  {entry['rate']:g}/s {status:7s} {name}: {shown} {op} {goal}\n")
     return 0
 
 
@@ -174,8 +191,10 @@ def run(args: argparse.Namespace) -> int:
     from .runner import BenchOptions, run_bench
 
     modes = tuple(m for m in args.modes.split(",") if m)
-    if args.peers:
+    if args.peers == "all":
         modes += PEERS
+    elif args.peers is not None:
+        modes += tuple(PEER_PREFIX + s for s in peer_setups(args.peers))
     if args.reference_trials is not None and not 1 <= args.reference_trials <= args.trials:
         raise ConfigError(
             f"--reference-trials must be between 1 and --trials ({args.trials}), "

@@ -41,6 +41,18 @@ def peer_setup(name: str) -> tuple[Setup, bool]:
     return setup, variant != "swa_window"
 
 
+def peer_setups(spec: str) -> tuple[Setup, ...]:
+    """The setups a --peers value names: "all", "none", or a comma list such as np1,npN
+    (a "server-" prefix is accepted). ConfigError naming the choices for anything else."""
+    if spec in ("all", "none"):
+        return SETUPS if spec == "all" else ()
+    names = [n.strip().removeprefix(PEER_PREFIX) for n in spec.split(",") if n.strip()]
+    chosen = tuple(s for n in names for s in SETUPS if s == n)
+    if not names or len(chosen) != len(names):
+        raise ConfigError(f"--peers {spec!r}: give all, none or a comma list of {SETUPS}")
+    return chosen
+
+
 @dataclass(frozen=True)
 class ModeSpec:
     """A parsed bench mode: handoff mode plus its fork, flash-attention and SWA settings."""

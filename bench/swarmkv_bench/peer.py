@@ -107,7 +107,8 @@ __all__ = [
 # ----------------------------------------------------------------------------- records
 
 
-def _ms(start_ns: int | None, end_ns: int | None) -> float:
+def ms_between(start_ns: int | None, end_ns: int | None) -> float:
+    """Milliseconds from start_ns to end_ns; NaN when either is unknown."""
     if start_ns is None or end_ns is None:
         return math.nan
     return (end_ns - start_ns) / 1e6
@@ -166,9 +167,17 @@ def _peer_extra(runs: Sequence[BranchRun]) -> dict[str, float]:
         for key, name in _TIMING_EXTRAS:
             if key in run.timings:
                 extra[f"{name}_b{run.index}"] = run.timings[key]
-    evaluated = [run.timings["prompt_n"] for run in runs if "prompt_n" in run.timings]
-    if evaluated:
-        extra["prompt_tokens_evaluated"] = float(sum(evaluated))
+    return extra | peer_totals(runs)
+
+
+def peer_totals(runs: Sequence[BranchRun]) -> dict[str, float]:
+    """Over all requests: prompt tokens the server evaluated and took from its cache (sums
+    of its prompt_n and cache_n, where reported), token ids withheld, failed requests."""
+    extra: dict[str, float] = {}
+    for key, name in _TIMING_EXTRAS[:2]:
+        known = [run.timings[key] for run in runs if key in run.timings]
+        if known:
+            extra[name] = float(sum(known))
     extra["token_ids_withheld"] = float(sum(run.withheld for run in runs))
     extra["failed_branches"] = float(sum(run.error is not None for run in runs))
     return extra
@@ -221,7 +230,7 @@ def build_peer_record(
 
 def _timing_fields(runs: Sequence[BranchRun], t0_ns: int, setup: Setup) -> dict[str, Any]:
     """The record's time fields (see build_peer_record for their definitions)."""
-    end = tuple(_ms(t0_ns, r.last_ns) for r in runs)
+    end = tuple(ms_between(t0_ns, r.last_ns) for r in runs)
     starts = [r.sent_ns if setup == "np1" else t0_ns for r in runs]
     prompt_ms = [r.timings.get("prompt_ms") for r in runs]
     known = [v for v in prompt_ms if v is not None]
@@ -229,8 +238,10 @@ def _timing_fields(runs: Sequence[BranchRun], t0_ns: int, setup: Setup) -> dict[
     return {
         "e2e_ms": max(end) if complete and end else math.nan,
         "prefill_ms": prompt_ms[0] if setup == "np1" else (max(known) if known else None),
-        "activation_ms": tuple(_ms(s, r.first_ns) for s, r in zip(starts, runs, strict=True)),
-        "first_token_ms": tuple(_ms(t0_ns, r.first_ns) for r in runs),
+        "activation_ms": tuple(
+            ms_between(s, r.first_ns) for s, r in zip(starts, runs, strict=True)
+        ),
+        "first_token_ms": tuple(ms_between(t0_ns, r.first_ns) for r in runs),
         "end_ms": end,
         "decode_ms": tuple(r.timings.get("predicted_ms", math.nan) for r in runs),
         "branch_prefill_ms": tuple(prompt_ms) if setup == "np1" else (),

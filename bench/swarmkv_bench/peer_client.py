@@ -22,7 +22,13 @@ from .peer_server import PeerRequestError, log
 
 @dataclass
 class BranchRun:
-    """What one branch's request produced; times are time.perf_counter_ns() values."""
+    """What one branch's request produced; times are time.perf_counter_ns() values.
+
+    started_ns: the response headers arrived, which the server sends when a slot takes the
+    request (it starts on the prompt), so started_ns - sent_ns is the wait in its queue.
+    stamps_ns: one arrival time per streamed id; text: the streamed content; stop_type: the
+    closing event's ("eos", "limit", "word", "none").
+    """
 
     index: int
     sent_ns: int | None = None
@@ -31,6 +37,10 @@ class BranchRun:
     tokens: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    started_ns: int | None = None
+    stamps_ns: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_type: str | None = None
 
     @property
     def withheld(self) -> int:
@@ -122,6 +132,7 @@ class PeerClient:
             resp = conn.getresponse()
             if resp.status != 200:
                 raise PeerRequestError(f"HTTP {resp.status}: {resp.read(2000)!r}")
+            run.started_ns = time.perf_counter_ns()
             for event in iter_sse_events(resp.readline):
                 _absorb(run, event, time.perf_counter_ns())
                 if event.get("stop") is True:
@@ -140,12 +151,16 @@ def _absorb(run: BranchRun, event: Mapping[str, Any], now_ns: int) -> None:
         run.first_ns = run.first_ns if run.first_ns is not None else now_ns
         run.last_ns = now_ns
         run.tokens.extend(int(t) for t in ids)
+        run.stamps_ns.extend(now_ns for _ in ids)
+    run.text += str(event.get("content") or "")
+    if event.get("stop") is True:
+        run.stop_type = str(event.get("stop_type", "none"))
     timings = event.get("timings")
     if isinstance(timings, dict):
         run.timings = {k: float(v) for k, v in timings.items() if isinstance(v, int | float)}
 
 
-def _attempt(client: PeerClient, payload: Mapping[str, Any], run: BranchRun) -> None:
+def attempt(client: PeerClient, payload: Mapping[str, Any], run: BranchRun) -> None:
     """One branch's request; a failure is kept on the run (see the failure policy)."""
     try:
         client.stream_completion(payload, run)
@@ -161,7 +176,7 @@ def run_sequential(
     runs = [BranchRun(i) for i in range(len(payloads))]
     t0 = time.perf_counter_ns()
     for run, payload in zip(runs, payloads, strict=True):
-        _attempt(client, payload, run)
+        attempt(client, payload, run)
     return t0, runs
 
 
@@ -174,7 +189,7 @@ def run_concurrent(
 
     def work(run: BranchRun, payload: Mapping[str, Any]) -> None:
         go.wait()
-        _attempt(client, payload, run)
+        attempt(client, payload, run)
 
     threads = [
         threading.Thread(target=work, args=(r, p), name=f"peer-b{r.index}", daemon=True)

@@ -1,20 +1,22 @@
 """`swarmkv bench --swarm`: agents arriving as a Poisson process, served by the swarm
-scheduler under each policy and by `host` mode's global lock (the paper's design).
+scheduler under each policy, by `host` mode's global lock (the paper's design) and by
+llama.cpp's llama-server in each setup asked for (swarm_peers.py).
 
 Every system gets the same arrivals (seeded): distinct prompts, n_predict drawn uniformly
-from [n_min, n_max], priorities 0-2. The document is prefilled before the first arrival in
-every system (not in the latencies). The host lock decodes one branch at a time in arrival
+from [n_min, n_max], priorities 0-2. The document is prefilled before the first arrival (not
+in the latencies) in every system but llama-server's npN and npNslots, whose slots prefill it
+themselves. The host lock decodes one branch at a time in arrival
 order (restore the snapshot, prompt, generation), which makes each branch's service time
 there its time alone: the slowdown whose fairness (Jain's index) is reported is completion
-time over that.
+time over that, for every system.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import queue
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -24,68 +26,35 @@ from typing import Any
 
 from swarmkv import Batch, Context, ContextConfig, HostBufferPool, Model, capture, restore
 from swarmkv.batch import Sampler
+from swarmkv.context_config import default_threads
 from swarmkv.swarm import Swarm, SwarmBranchResult, SwarmStats
 
+from .peer_server import Setup
+from .swarm_arrivals import Arrival, SystemRun, poisson_arrivals, replay
 from .workload import document
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One agent: when it arrives (seconds from the start), what it asks, how long."""
-
-    index: int
-    t_s: float
-    prompt: str
-    n_predict: int
-    priority: int
-
-
-def poisson_arrivals(rate: float, count: int, n_min: int, n_max: int, seed: int) -> list[Arrival]:
-    """count arrivals with exponential gaps of mean 1/rate seconds (a Poisson process)."""
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for i in range(count):
-        t += rng.expovariate(rate)
-        prompt = (
-            f"\n\nAgent {i}, question {rng.randint(1, 999)}: what does the text say next?\nAnswer:"
-        )
-        out.append(Arrival(i, t, prompt, rng.randint(n_min, n_max), rng.randint(0, 2)))
-    return out
-
-
-def _replay(arrivals: Sequence[Arrival], submit: Any) -> None:
-    """Call submit(a) for each arrival at its time (relative to now)."""
-    t0 = time.perf_counter()
-    for a in arrivals:
-        delay = t0 + a.t_s - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        submit(a)
 
 
 def run_swarm(
     model: Model, doc: str, arrivals: Sequence[Arrival], policy: str, opts: dict[str, Any]
-) -> tuple[list[SwarmBranchResult], float]:
+) -> SystemRun:
     """The arrivals against a Swarm under policy; (results in arrival order, wall seconds)."""
     with Swarm(model, policy=policy, **opts) as sw:
         sw.add_document("doc", text=doc)
         handles: list[Any] = []
         t0 = time.perf_counter()
-        _replay(
+        replay(
             arrivals,
             lambda a: handles.append(
-                sw.submit(
-                    "doc", a.prompt, n_predict=a.n_predict, priority=a.priority, name=f"a{a.index}"
-                )
+                sw.submit("doc", a.prompt, n_predict=a.n_predict, priority=a.priority, name=a.name)
             ),
         )
         results = [h.result() for h in handles]
-        return results, time.perf_counter() - t0
+        return SystemRun(results, time.perf_counter() - t0)
 
 
 def run_host_lock(
     model: Model, doc: str, arrivals: Sequence[Arrival], threads: int | None
-) -> tuple[list[SwarmBranchResult], float]:
+) -> SystemRun:
     """The paper's design: one snapshot, one branch decoded at a time behind a global lock."""
     tokens = model.tokenize(doc, add_special=True)
     n_ctx = len(tokens) + 256 + max(a.n_predict for a in arrivals)
@@ -101,11 +70,11 @@ def run_host_lock(
             worker = threading.Thread(target=_lock_worker, args=(ctx, snap, batch, todo, results))
             worker.start()
             t0 = time.perf_counter()
-            _replay(arrivals, lambda a: todo.put((a, time.perf_counter_ns())))
+            replay(arrivals, lambda a: todo.put((a, time.perf_counter_ns())))
             todo.put(None)
             worker.join()
             wall = time.perf_counter() - t0
-    return [results[a.index] for a in arrivals], wall
+    return SystemRun([results[a.index] for a in arrivals], wall)
 
 
 def _lock_worker(
@@ -146,7 +115,7 @@ def _serve_alone(
     ctx.seq_rm(0)
     text = b"".join(model.token_to_piece(t) for t in out).decode("utf-8", errors="replace")
     return SwarmBranchResult(
-        name=f"a{a.index}",
+        name=a.name,
         doc="doc",
         text=text,
         tokens=tuple(out),
@@ -163,7 +132,7 @@ def _serve_alone(
 
 @dataclass
 class SwarmBenchOptions:
-    """What `swarmkv bench --swarm` runs."""
+    """What `swarmkv bench --swarm` runs; peers: the llama-server setups (peer_bin needed)."""
 
     model_path: Path
     rates: tuple[float, ...]
@@ -177,11 +146,14 @@ class SwarmBenchOptions:
     threads: int | None
     out_dir: Path
     command: str
+    peers: tuple[Setup, ...] = ()
+    peer_bin: Path | None = None
 
 
 def run_swarm_bench(opts: SwarmBenchOptions) -> dict[str, Any]:
     """Every rate: the host lock first (its service times are the slowdown basis), then the
-    swarm under each policy; returns the JSON-ready report and writes it with the plots."""
+    swarm under each policy, then each llama-server peer; returns the JSON-ready report and
+    writes it with the plots."""
     out: dict[str, Any] = {"command": opts.command, "options": _opts_dict(opts), "rates": []}
     with Model(opts.model_path, repack=False) as model:
         doc = document(model, opts.doc_tokens)
@@ -194,31 +166,54 @@ def run_swarm_bench(opts: SwarmBenchOptions) -> dict[str, Any]:
         }
         for rate in opts.rates:
             arrivals = poisson_arrivals(rate, opts.agents, opts.n_min, opts.n_max, opts.seed)
-            host, host_wall = run_host_lock(model, doc, arrivals, opts.threads)
-            alone = {r.name: max(r.completion_ms - r.queue_ms, 1e-3) for r in host}
-            systems = {"host-lock": (host, host_wall)}
+            systems = {"host-lock": run_host_lock(model, doc, arrivals, opts.threads)}
             for policy in opts.policies:
                 systems[f"swarm-{policy}"] = run_swarm(model, doc, arrivals, policy, sw_opts)
-            out["rates"].append(_rate_entry(rate, systems, alone))
+            systems |= _run_peers(opts, model, doc, arrivals, systems["host-lock"])
+            out["rates"].append(rate_entry(rate, systems))
     write_swarm_outputs(out, opts.out_dir)
     return out
 
 
-def _rate_entry(
-    rate: float,
-    systems: dict[str, tuple[list[SwarmBranchResult], float]],
-    alone: dict[str, float],
-) -> dict[str, Any]:
-    ref = [r.tokens for r in systems["host-lock"][0]]
+def _run_peers(
+    opts: SwarmBenchOptions, model: Model, doc: str, arrivals: Sequence[Arrival], host: SystemRun
+) -> dict[str, SystemRun]:
+    if not opts.peers:
+        return {}
+    from .swarm_peers import SYSTEM_PREFIX, PeerBench, run_peer
+
+    if opts.peer_bin is None:
+        raise ValueError("SwarmBenchOptions.peers needs peer_bin")
+    bench = PeerBench(opts.peer_bin, opts.model_path, opts.threads or default_threads(),
+                      opts.max_live)  # fmt: skip
+    prompt_tokens = [r.prompt_tokens for r in host.results]
+    return {
+        SYSTEM_PREFIX + setup: run_peer(bench, setup, doc, arrivals, model, prompt_tokens)
+        for setup in opts.peers
+    }
+
+
+def rate_entry(rate: float, systems: dict[str, SystemRun]) -> dict[str, Any]:
+    """One rate of the report: every system's stats and branches, its tokens against the host
+    lock's, and its own extras. The slowdown basis is each branch's service time under the
+    host lock (its time alone). Stats cover the branches that finished (a peer's failed
+    request has NaN times): failed_branches counts the rest."""
+    host = systems["host-lock"].results
+    alone = {r.name: max(r.completion_ms - r.queue_ms, 1e-3) for r in host}
+    ref = {r.name: r.tokens for r in host}
     entry: dict[str, Any] = {"rate": rate, "systems": {}}
-    for name, (results, wall) in systems.items():
-        stats = SwarmStats.of(
-            results, sum(len(r.tokens) for r in results), wall, alone_ms=lambda r: alone[r.name]
-        )
+    for name, run in systems.items():
+        done = [r for r in run.results if math.isfinite(r.completion_ms)]
+        generated = sum(len(r.tokens) for r in done) + int(run.extra.get("token_ids_withheld", 0))
+        stats = SwarmStats.of(done, generated, run.wall_s, alone_ms=lambda r: alone[r.name])
+        same = [r.tokens == ref[r.name] for r in run.results]
         entry["systems"][name] = {
             **stats.to_dict(),
-            "tokens_identical_to_host_lock": [r.tokens for r in results] == ref,
-            "branches": [r.to_dict() for r in results],
+            **run.extra,
+            "tokens_identical_to_host_lock": all(same),
+            "tokens_identical_fraction": sum(same) / len(same) if same else math.nan,
+            "failed_branches": len(run.results) - len(done),
+            "branches": [r.to_dict() for r in run.results],
         }
     return entry
 
@@ -234,12 +229,14 @@ def _opts_dict(opts: SwarmBenchOptions) -> dict[str, Any]:
         "max_live": opts.max_live,
         "doc_tokens": opts.doc_tokens,
         "threads": opts.threads,
+        "peers": [f"server-{p}" for p in opts.peers],
     }
 
 
 def write_swarm_outputs(report: dict[str, Any], out_dir: Path) -> list[Path]:
     """swarm.json, swarm.csv (one row per branch and system), swarm_report.md, plots."""
-    from .swarm_report import write_csv, write_markdown, write_plots
+    from .swarm_plots import write_plots
+    from .swarm_report import write_csv, write_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "swarm.json"

@@ -1,26 +1,20 @@
 """The llama-server peer without llama-server: SSE parsing, command lines, sizing, records, and
-the whole client path against a fake server on 127.0.0.1 (in a thread, or as a fake binary).
-
-Run as a script (`python test_bench_peer.py --port N ...`), this file IS that fake binary: it
-answers --help like llama-server and serves /health and a streaming /completion.
+the whole client path against a fake server on 127.0.0.1 (fake_llama_server.py, in a thread
+or as a fake binary: conftest's fixtures).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import socket
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_llama_server import TOKEN_DELAY_S, FakeServer, fake_tokens
 
 from swarmkv.errors import ConfigError
 from swarmkv_bench import peer
@@ -45,144 +39,6 @@ from swarmkv_bench.peer import (
 DOC = "The quick brown fox jumps over the lazy dog. " * 3
 PROMPTS = [" Question one?", " Question two?", " Question three?"]
 NAMES = ["b1", "b2", "b3"]
-TOKEN_DELAY_S = 0.03
-HELP_TEXT = "usage: llama-server\n  -m, --model FNAME\n  --port PORT\n  -np, --parallel N\n" + (
-    "  -kvu, --kv-unified, -no-kvu, --no-kv-unified\n  --cache-prompt, --no-cache-prompt\n"
-    "  --ui, --webui, --no-ui, --no-webui\n  --swa-full\n"
-)
-
-
-# ----------------------------------------------------------------------------- fake server
-
-
-def fake_tokens(prompt: str, n: int) -> list[int]:
-    """Deterministic 'generated' ids that differ between prompts."""
-    return [(len(prompt) * 7 + k) % 1000 for k in range(n)]
-
-
-class FakeHandler(BaseHTTPRequestHandler):
-    """/health and a streaming /completion shaped like the pinned llama-server's.
-
-    Prompts containing FAIL get HTTP 500, ERROR an error event mid-stream, SPLIT a withheld
-    id (as for a token ending mid UTF-8 character). A char-level "prompt cache" fills
-    prompt_n / cache_n like the server's token-level one.
-    """
-
-    protocol_version = "HTTP/1.0"  # the body ends when the connection closes
-    server: FakeServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-        pass
-
-    def do_GET(self) -> None:
-        ok = self.path == "/health"
-        self._json(200 if ok else 404, {"status": "ok"} if ok else {"error": "no"})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        prompt = body["prompt"]
-        start = time.monotonic()
-        if "FAIL" in prompt:
-            self._json(500, {"error": {"code": 500, "message": "boom"}})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        self.wfile.flush()  # headers first, as the server does when prompt processing starts
-        self._stream(prompt, body, start)
-
-    def _stream(self, prompt: str, body: dict[str, Any], start: float) -> None:
-        cached = self.server.cached(prompt)
-        ids = fake_tokens(prompt, body["n_predict"])
-        for k, tok in enumerate(ids):
-            time.sleep(TOKEN_DELAY_S)
-            if "ERROR" in prompt and k == 1:
-                self._event({"error": {"code": 500, "message": "decode failed"}})
-                return
-            if "SPLIT" in prompt and k == 0:
-                continue  # withheld: the server never streams it
-            self._event({"content": "x", "tokens": [tok], "stop": False})
-        timings = {"cache_n": cached, "prompt_n": len(prompt) - cached, "prompt_ms": 12.5,
-                   "predicted_n": len(ids), "predicted_ms": 40.0}  # fmt: skip
-        # Recorded before the closing event, so the client cannot see the end first.
-        self.server.record(body, start, time.monotonic())
-        self._event({"content": "", "tokens": [], "stop": True, "timings": timings})
-
-    def _event(self, payload: dict[str, Any]) -> None:
-        self.wfile.write(b": ping\n\ndata: " + json.dumps(payload).encode() + b"\n\n")
-        self.wfile.flush()
-
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, port: int = 0) -> None:
-        super().__init__(("127.0.0.1", port), FakeHandler)
-        self.lock = threading.Lock()
-        self.requests: list[tuple[dict[str, Any], float, float]] = []
-        self.last_prompt = ""
-
-    def cached(self, prompt: str) -> int:
-        with self.lock:
-            pairs = zip(prompt, self.last_prompt, strict=False)
-            n = next((i for i, (a, b) in enumerate(pairs) if a != b), len(self.last_prompt))
-            n = min(n, len(prompt))
-            self.last_prompt = prompt
-            return n
-
-    def record(self, body: dict[str, Any], start: float, end: float) -> None:
-        with self.lock:
-            self.requests.append((body, start, end))
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-@pytest.fixture
-def fake_server() -> Iterator[FakeServer]:
-    server = FakeServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _fake_binary_main(argv: list[str]) -> None:
-    """This file as a fake llama-server binary: --help, or serve on --port until SIGTERM."""
-    if "--help" in argv:
-        sys.stdout.write(HELP_TEXT)
-        return
-    print("fake llama-server args:", " ".join(argv), flush=True)
-    if "--die" in argv:
-        print("fatal: model file is not a GGUF", flush=True)
-        sys.exit(3)
-    if "--ignore-term" in argv:
-        import signal
-
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    FakeServer(int(argv[argv.index("--port") + 1])).serve_forever()
-
-
-@pytest.fixture
-def fake_binary(tmp_path: Path) -> Path:
-    script = tmp_path / "llama-server"
-    # --help answered by the shell: it is asked once per binary path, and Python starts slowly.
-    script.write_text(
-        f'#!/bin/sh\ncase " $* " in *" --help "*) cat <<"EOF"\n{HELP_TEXT}EOF\nexit 0;; esac\n'
-        f'exec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n'
-    )
-    script.chmod(0o755)
-    return script
 
 
 def _trial_at(server: FakeServer, setup: peer.Setup, prompts: list[str] = PROMPTS, **kw: Any):
@@ -562,10 +418,6 @@ def test_peer_timeout_grows_with_the_work() -> None:
         peer_timeout_s(BenchConfig(64, 3501, 32)),
     )
     assert small >= 600 and wide > small + 2000  # 64 slots each prefilling 3501 tokens
-
-
-if __name__ == "__main__":
-    _fake_binary_main(sys.argv[1:])
 
 
 def test_peer_names_are_parsed_from_one_list() -> None:
