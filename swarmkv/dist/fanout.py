@@ -95,9 +95,13 @@ class RayFanout:
         self._started_ray = False
         if not ray.is_initialized():
             cpus = workers * (threads or 1) if local else None
-            ray.init(
-                address=address, num_cpus=cpus, include_dashboard=False, logging_level="WARNING"
-            )
+            try:
+                ray.init(
+                    address=address, num_cpus=cpus, include_dashboard=False, logging_level="WARNING"
+                )
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                where = "a local Ray instance" if local else f"the Ray cluster at {address!r}"
+                raise ConfigError(f"could not start or reach {where}: {exc}") from None
             self._started_ray = True
         remote_cls = ray.remote(BranchWorker)
         self._actors = [
@@ -142,6 +146,7 @@ class RayFanout:
         prefill. Node failures are in the result (raised as PipelineError when
         raise_on_failure); a worker that dies fails its branches with the reason.
         """
+        check_seconds("timeout_s", timeout_s, zero_ok=True)  # NaN would never time out
         ray = import_ray()
         if not self._actors:
             raise ConfigError("this RayFanout is closed")

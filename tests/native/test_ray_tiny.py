@@ -210,6 +210,33 @@ def test_workers_that_cannot_be_placed_time_out_clearly(
         RayFanout(tiny_model_path, workers=1, threads=64, start_timeout_s=3.0)
 
 
+def test_bad_numbers_and_an_unreachable_cluster_are_config_errors(
+    fan: RayFanout, tiny_model: Model, tiny_model_path: Path
+) -> None:
+    with pipeline(tiny_model) as p, pytest.raises(ConfigError, match="timeout_s must be"):
+        fan.run(p, timeout_s=float("nan"))
+    with pytest.raises(ConfigError, match="workers must be >= 1"):
+        RayFanout(tiny_model_path, workers=0)
+    with pytest.raises(ConfigError, match="model file not found"):
+        RayFanout(tiny_model_path.with_name("missing.gguf"))
+
+
+def test_an_address_ray_cannot_use_is_a_config_error(tiny_model_path: Path) -> None:
+    code = (
+        "from swarmkv.dist import RayFanout\n"
+        "from swarmkv.errors import ConfigError\n"
+        "try:\n"
+        f"    RayFanout({str(tiny_model_path)!r}, address='no-such-address')\n"
+        "except ConfigError as e:\n"
+        "    print('ConfigError:', e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120
+    )
+    want = "ConfigError: could not start or reach the Ray cluster at 'no-such-address'"
+    assert want in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 def test_importing_swarmkv_never_imports_ray() -> None:
     code = (
         "import sys, swarmkv, swarmkv.cli, swarmkv.pipeline, swarmkv.swarm, swarmkv.dist\n"
