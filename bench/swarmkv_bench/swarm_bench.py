@@ -29,6 +29,7 @@ from swarmkv.batch import Sampler
 from swarmkv.context_config import default_threads
 from swarmkv.swarm import Swarm, SwarmBranchResult, SwarmStats
 
+from .modes import PEER_PREFIX
 from .peer_server import Setup
 from .swarm_arrivals import Arrival, SystemRun, poisson_arrivals, replay
 from .workload import document
@@ -229,7 +230,7 @@ def _opts_dict(opts: SwarmBenchOptions) -> dict[str, Any]:
         "max_live": opts.max_live,
         "doc_tokens": opts.doc_tokens,
         "threads": opts.threads,
-        "peers": [f"server-{p}" for p in opts.peers],
+        "peers": [PEER_PREFIX + p for p in opts.peers],
     }
 
 

@@ -150,10 +150,10 @@ class RayFanout:
         ray = import_ray()
         if not self._actors:
             raise ConfigError("this RayFanout is closed")
-        shares = self._check(pipeline, mode)
+        shares, doc_tokens = self._check(pipeline, mode)
         assert pipeline.doc is not None
         t_start, start_unix = time.perf_counter_ns(), time.time()
-        snap, owned, prefilled = _document_snapshot(pipeline, progress)
+        snap, owned, prefilled = _document_snapshot(pipeline, doc_tokens, progress)
         t_put = time.perf_counter_ns()
         try:
             ref = ray.put(snapshot_payload(snap))
@@ -180,18 +180,16 @@ class RayFanout:
             prefilled,
         )
         doc_info = (doc, len(snap.tokens), pipeline.model.path.name)
-        order = [b.name for share in shares for b in share]
-        order.sort(key=list(pipeline.branches).index)
-        result = merge(mode, doc_info, order, driver, reports, lost, self.infos)
+        result = merge(mode, doc_info, list(pipeline.branches), driver, reports, lost, self.infos)
         failed = [o for o in result.outcomes.values() if o.status == "failed"]
         if raise_on_failure and failed:
             detail = "; ".join(f"{o.name}: {o.reason or o.error!r}" for o in failed)
             raise PipelineError(f"{len(failed)} branch(es) failed on Ray workers: {detail}")
         return result
 
-    def _check(self, pipeline: Pipeline, mode: str) -> list[list[BranchNode]]:
+    def _check(self, pipeline: Pipeline, mode: str) -> tuple[list[list[BranchNode]], list[int]]:
         """Everything that can be refused before the prefill; returns each worker's share of
-        the branches."""
+        the branches, and the document's tokens (tokenized once, here)."""
         if mode not in RAY_MODES:
             raise ConfigError(f"Ray fan-out runs modes {', '.join(RAY_MODES)}, not {mode!r}")
         if pipeline.base.batch_invariant != self.exact:
@@ -205,7 +203,9 @@ class RayFanout:
                 f"the workers loaded another model than the pipeline's {pipeline.model.path.name}"
             )
         branches = pipeline.spec(mode).validate()
-        n_doc = len(pipeline.doc.tokenize(pipeline.model)) if pipeline.doc else 0
+        assert pipeline.doc is not None  # validate() refuses a pipeline without one
+        doc_tokens = pipeline.doc.tokenize(pipeline.model)
+        n_doc = len(doc_tokens)
         for b in branches:
             if b.on_token is not None:
                 raise ConfigError(
@@ -220,7 +220,7 @@ class RayFanout:
         shares = assign(branches, self.workers)
         for share in shares:
             check_sequences(mode, len(share), pipeline.base.n_batch)
-        return shares
+        return shares, doc_tokens
 
     def _gather(
         self, jobs: Sequence[tuple[int, Sequence[BranchNode], Any]], timeout_s: float | None
@@ -307,7 +307,7 @@ def _model_for_workers(model_path: str | os.PathLike[str] | None) -> str | None:
 
 
 def _document_snapshot(
-    pipeline: Pipeline, progress: Callable[[int, int], None] | None
+    pipeline: Pipeline, doc_tokens: list[int], progress: Callable[[int, int], None] | None
 ) -> tuple[KVSnapshot, bool, bool]:
     """(snapshot of the whole document, whether the caller releases it, whether it was
     prefilled here). A snapshot source that holds exactly the document is used as it is."""
@@ -316,7 +316,7 @@ def _document_snapshot(
     doc = pipeline.doc
     assert doc is not None
     source = doc.snapshot
-    if source is not None and list(source.tokens) == doc.tokenize(pipeline.model):
+    if source is not None and list(source.tokens) == doc_tokens:
         if source.snapshot is not None:
             return source.snapshot, False, False
         assert source.path is not None
