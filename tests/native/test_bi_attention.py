@@ -1,7 +1,8 @@
 """Flash attention in batch-invariant mode, run as one ggml op on the CPU backend: a query row
 gets the same bits alone as among 31 other rows whose cells are interleaved with its own in
-the cache (patch 0005's attention on AVX-512 builds, the one-row path elsewhere), and the
-result is softmax(q.K * scale + mask).V."""
+the cache (patch 0005's attention on AVX-512 builds and, as two 8-float halves per block, on
+AVX2 + FMA + F16C builds; the one-row path elsewhere), and the result is
+softmax(q.K * scale + mask).V."""
 
 from __future__ import annotations
 

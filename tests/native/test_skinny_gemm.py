@@ -5,7 +5,9 @@ the call with 0 or 63 others and however many threads run it, and the products a
 
 On AVX-512 VNNI builds patch 0004's skinny GEMM serves these: under 16 rows its few-row kernel
 (weight rows in the lanes), from 16 rows its many-row kernel (activation rows in the lanes),
-two different codes that must agree bit for bit; elsewhere tinyBLAS does.
+two different codes that must agree bit for bit. AVX2 + F16C + FMA builds have their own pair
+(vpmaddubsw instead of VNNI; 8 lanes, so the switch is at 8 rows) with the same per-element
+arithmetic; elsewhere tinyBLAS serves them.
 (Upstream's own kernels for these types already sum a lone row like a batch's, so there is no
 failing "mode off" control here; tests/model/test_batch_invariant.py has one for the model.)"""
 
@@ -56,7 +58,7 @@ def operands(wtype: str, n: int, seed: int = 0) -> tuple[bytes, np.ndarray, np.n
 def test_every_row_count_gives_the_same_bits(wtype: str) -> None:
     weights, _, acts = operands(wtype, 64)
     full = mul_mat(wtype, weights, acts, threads=2, invariant=True)
-    for n in (1, 2, 3, 7, 15, 16, 17, 33, 63):
+    for n in (1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 63):
         part = mul_mat(wtype, weights, acts[:n], threads=2, invariant=True)
         np.testing.assert_array_equal(part, full[:n], err_msg=f"{n} rows")
     for threads in (1, 3):

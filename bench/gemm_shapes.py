@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""One weight product at a time: ggml MUL_MAT of the default model's Q8_0 and Q5_0 weight
+shapes by 1 to 64 activation rows, patch 0004's skinny GEMM against the kernels it replaces
+(SWARMKV_SKINNY_GEMM=1 / 0, each setting in a fresh process, alternating), so each shape can
+keep whichever is faster. Batch-invariant mode is on by default (every shape goes through the
+skinny GEMM there); --no-exact measures llama.cpp's own dispatch, where the skinny GEMM takes
+only shapes of SWARMKV_SKINNY_MIN_ROWS rows and more.
+
+    python bench/gemm_shapes.py [--rows 1,2,4,8,16,32,64] [--trials 3] [-o f.json]
+
+Prints median [min-max] over trials of each shape's median ms (of --reps runs after a warm-up)
+and GMAC/s (multiply-adds per second). Run on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GGML_TYPES = {"Q5_0": 6, "Q8_0": 8}  # enum ggml_type values (as in gguf's GGMLQuantizationType)
+# (name, ggml type name, input dim k, output rows m): the default model's Q8_0/Q5_0 products
+SHAPES = [
+    ("output 640->262144 q8_0", "Q8_0", 640, 262144),
+    ("ffn_up 640->2048 q5_0", "Q5_0", 640, 2048),
+    ("attn_q 640->1024 q5_0", "Q5_0", 640, 1024),
+]
+
+
+def time_shape(
+    type_name: str, k: int, m: int, n: int, threads: int, exact: bool, reps: int
+) -> float:
+    """Median ms of one MUL_MAT [m x k] x [n x k] on the CPU backend (after one warm-up)."""
+    from swarmkv._native import ffi, lib
+
+    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
+    reg = lib.ggml_backend_dev_backend_reg(dev)
+
+    def proc(name: bytes, sig: str) -> Any:
+        return ffi.cast(sig, lib.ggml_backend_reg_get_proc_address(reg, name))
+
+    proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
+    proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(backend, exact)
+    size = 8 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
+    params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    try:
+        a = lib.ggml_new_tensor_2d(ctx, GGML_TYPES[type_name], k, m)
+        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, lib.ggml_mul_mat(ctx, a, b))
+        buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        rng = np.random.default_rng(0)
+        wbytes = rng.integers(0, 256, lib.ggml_nbytes(a), dtype=np.uint8)
+        # every block's f16 scale a small positive number (bytes 0x00 0x20: 2^-7)
+        bs = 34 if type_name == "Q8_0" else 22
+        wbytes.reshape(-1, bs)[:, 0] = 0
+        wbytes.reshape(-1, bs)[:, 1] = 0x20
+        lib.ggml_backend_tensor_set(a, ffi.from_buffer(wbytes), 0, wbytes.nbytes)
+        acts = rng.standard_normal((n, k)).astype(np.float32)
+        lib.ggml_backend_tensor_set(b, ffi.from_buffer(acts), 0, acts.nbytes)
+        times = []
+        for i in range(reps + 1):
+            t0 = time.perf_counter()
+            if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
+                raise RuntimeError("graph compute failed")
+            if i:
+                times.append((time.perf_counter() - t0) * 1e3)
+        lib.ggml_backend_buffer_free(buf)
+        return statistics.median(times)
+    finally:
+        lib.ggml_free(ctx)
+        lib.ggml_backend_free(backend)
+
+
+def child(args: argparse.Namespace) -> None:
+    out = {}
+    for name, type_name, k, m in SHAPES:
+        for n in args.row_counts:
+            out[f"{name}|{n}"] = time_shape(type_name, k, m, n, args.threads, args.exact, args.reps)
+    json.dump(out, sys.stdout)
+
+
+def run_setting(args: argparse.Namespace, skinny: str) -> dict[str, float]:
+    env = {**os.environ, "SWARMKV_SKINNY_GEMM": skinny}
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--rows",
+        args.rows,
+        "--threads",
+        str(args.threads),
+        "--reps",
+        str(args.reps),
+        "--exact" if args.exact else "--no-exact",
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,4,8,16,32,64")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=7, help="runs per shape and trial (median)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("-o", "--out", type=Path)
+    args = ap.parse_args()
+    args.row_counts = [int(x) for x in args.rows.split(",")]
+    if args.child:
+        child(args)
+        return 0
+    runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
+    for trial in range(args.trials + 1):  # trial 0: warm-up of both settings, not kept
+        for skinny in ("0", "1"):
+            result = run_setting(args, skinny)
+            if trial:
+                runs[skinny].append(result)
+    mode = "exact" if args.exact else "no-exact"
+    print(f"| shape | rows | off ms | on ms | off/on | on GMAC/s |  ({mode})")
+    print("|---|--:|--:|--:|--:|--:|")
+    table = []
+    for name, _, k, m in SHAPES:
+        for n in args.row_counts:
+            key = f"{name}|{n}"
+            off = [r[key] for r in runs["0"]]
+            on = [r[key] for r in runs["1"]]
+            gmacs = k * m * n / (statistics.median(on) * 1e6)
+            ratio = statistics.median(off) / statistics.median(on)
+            print(f"| {name} | {n} | {spread(off)} | {spread(on)} | {ratio:.2f}x | {gmacs:.1f} |")
+            table.append({"shape": name, "rows": n, "off_ms": off, "on_ms": on, "gmacs_on": gmacs})
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps({"exact": args.exact, "threads": args.threads, "shapes": table}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
