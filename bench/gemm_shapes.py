@@ -20,13 +20,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-import numpy as np
+from swarmkv_bench.kernel_rate import median_ms
 
-GGML_TYPES = {"Q5_0": 6, "Q8_0": 8}  # enum ggml_type values (as in gguf's GGMLQuantizationType)
 # (name, ggml type name, input dim k, output rows m): the default model's Q8_0/Q5_0 products
 SHAPES = [
     ("output 640->262144 q8_0", "Q8_0", 640, 262144),
@@ -35,58 +32,12 @@ SHAPES = [
 ]
 
 
-def time_shape(
-    type_name: str, k: int, m: int, n: int, threads: int, exact: bool, reps: int
-) -> float:
-    """Median ms of one MUL_MAT [m x k] x [n x k] on the CPU backend (after one warm-up)."""
-    from swarmkv._native import ffi, lib
-
-    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
-    reg = lib.ggml_backend_dev_backend_reg(dev)
-
-    def proc(name: bytes, sig: str) -> Any:
-        return ffi.cast(sig, lib.ggml_backend_reg_get_proc_address(reg, name))
-
-    proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
-    proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(backend, exact)
-    size = 8 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
-    params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
-    ctx = lib.ggml_init(params[0])
-    try:
-        a = lib.ggml_new_tensor_2d(ctx, GGML_TYPES[type_name], k, m)
-        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
-        graph = lib.ggml_new_graph(ctx)
-        lib.ggml_build_forward_expand(graph, lib.ggml_mul_mat(ctx, a, b))
-        buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
-        rng = np.random.default_rng(0)
-        wbytes = rng.integers(0, 256, lib.ggml_nbytes(a), dtype=np.uint8)
-        # every block's f16 scale a small positive number (bytes 0x00 0x20: 2^-7)
-        bs = 34 if type_name == "Q8_0" else 22
-        wbytes.reshape(-1, bs)[:, 0] = 0
-        wbytes.reshape(-1, bs)[:, 1] = 0x20
-        lib.ggml_backend_tensor_set(a, ffi.from_buffer(wbytes), 0, wbytes.nbytes)
-        acts = rng.standard_normal((n, k)).astype(np.float32)
-        lib.ggml_backend_tensor_set(b, ffi.from_buffer(acts), 0, acts.nbytes)
-        times = []
-        for i in range(reps + 1):
-            t0 = time.perf_counter()
-            if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
-                raise RuntimeError("graph compute failed")
-            if i:
-                times.append((time.perf_counter() - t0) * 1e3)
-        lib.ggml_backend_buffer_free(buf)
-        return statistics.median(times)
-    finally:
-        lib.ggml_free(ctx)
-        lib.ggml_backend_free(backend)
-
-
 def child(args: argparse.Namespace) -> None:
     out = {}
     for name, type_name, k, m in SHAPES:
         for n in args.row_counts:
-            out[f"{name}|{n}"] = time_shape(type_name, k, m, n, args.threads, args.exact, args.reps)
+            ms = median_ms(type_name, k, m, n, args.threads, args.exact, args.reps)
+            out[f"{name}|{n}"] = ms
     json.dump(out, sys.stdout)
 
 

@@ -3,8 +3,10 @@
 Bytes: a step reads every weight at least once, so model_bytes over the memory bandwidth
 measured on this machine (a memcpy: read + write traffic over its time, one thread) bounds
 it from below; the KV cells a step reads come on top and are not counted, so the floor is
-a lower bound. Arithmetic: 2 x params multiply-adds per row (token) in the step; the rate
-achieved is stated, not a floor, because the CPU's peak rate is not measured here.
+a lower bound. Arithmetic: params multiply-adds per row (token) in the step, at the int8 rate
+this build's weight kernels reach on this machine (kernel_rate.int8_gmacs, measured by the
+bench), bounds it too; attention's f32 work is not counted. The floor is the larger of the
+two, and the table says how far the measured step is from it.
 """
 
 from __future__ import annotations
@@ -32,24 +34,37 @@ def rows_per_step(r: TrialRecord) -> int:
     return r.n_branches if batched else 1
 
 
+def _step_floor_ms(rows: int, setup: dict[str, Any]) -> tuple[float, float | None]:
+    """(weights-read floor, arithmetic floor or None when the int8 rate was not measured)."""
+    bytes_ms = setup["model_bytes"] / (setup["memcpy_gbps"] * 1e6)
+    rate = setup.get("int8_gmacs")
+    return bytes_ms, (setup["model_params"] * rows / (rate * 1e6) if rate else None)
+
+
 def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
-    """The floor table: measured ms/step, weights-read floor, x floor, GFLOP/s achieved."""
-    model_bytes, params, gbps = (
-        setup.get(k) for k in ("model_bytes", "model_params", "memcpy_gbps")
-    )
-    if not (model_bytes and params and gbps):
+    """The floor table: measured ms/step, the weights-read and arithmetic floors, x floor,
+    GFLOP/s achieved."""
+    if not all(setup.get(k) for k in ("model_bytes", "model_params", "memcpy_gbps")):
         return ""
-    floor_ms = model_bytes / (gbps * 1e6)
+    model_bytes, gbps, rate = setup["model_bytes"], setup["memcpy_gbps"], setup.get("int8_gmacs")
+    arith = (
+        f"Arithmetic: one multiply-add per parameter and token row, at the {rate:.1f} G/s "
+        "this build's int8 weight kernels reach here (a Q5_0 product of 64 rows that fits in "
+        "L2, bench/swarmkv_bench/kernel_rate.py: the kernels' best, not the CPU's peak); "
+        "attention's f32 work is not counted."
+        if rate
+        else "Arithmetic: the int8 rate was not measured in this run, so no arithmetic floor."
+    )
     lines = [
         "## How far from the floor",
         "",
         f"A step reads every weight once: {model_bytes / 2**20:.0f} MiB at the measured "
-        f"{gbps:.1f} GB/s memcpy rate is {floor_ms:.1f} ms (KV reads not counted, so the "
-        "true floor is higher). Arithmetic: 2 x parameters per token row; the CPU's peak "
-        "rate is not measured, so only the achieved rate is given.",
+        f"{gbps:.1f} GB/s memcpy rate is {model_bytes / (gbps * 1e6):.1f} ms (KV reads not "
+        f"counted). {arith} The floor is the larger of the two, so a lower bound.",
         "",
-        "| config | mode | rows/step | ms/step | floor ms | x floor | GFLOP/s |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| config | mode | rows/step | ms/step | read floor ms | int8 floor ms | x floor "
+        "| GFLOP/s |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
     ]
     groups: dict[tuple[str, str], list[TrialRecord]] = {}
     for r in records:
@@ -58,9 +73,12 @@ def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
     for (cfg, mode), rs in sorted(groups.items()):
         step = statistics.median(r.extra["gen_ms_per_step"] for r in rs)
         rows = rows_per_step(rs[0])
-        gflops = 2 * params * rows / (step * 1e6) if step > 0 else float("nan")
+        read_ms, arith_ms = _step_floor_ms(rows, setup)
+        floor_ms = max(read_ms, arith_ms or 0.0)
+        gflops = 2 * setup["model_params"] * rows / (step * 1e6) if step > 0 else float("nan")
+        arith_cell = f"{arith_ms:.1f}" if arith_ms is not None else "not measured"
         lines.append(
-            f"| {cfg} | {mode} | {rows} | {step:.1f} | {floor_ms:.1f} | "
+            f"| {cfg} | {mode} | {rows} | {step:.1f} | {read_ms:.1f} | {arith_cell} | "
             f"{step / floor_ms:.1f} | {gflops:.1f} |"
         )
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from swarmkv.results import PipelineResult
 
 from . import memprobe
 from .floor import memcpy_gbps
+from .kernel_rate import int8_gmacs
 from .modes import ModeSpec, peer_setup, split_modes
 from .records import TrialRecord, from_pipeline_result
 from .workload import BenchConfig, document, prompts_for
@@ -167,6 +168,7 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
         "model_params": model.n_params,
         "model_bytes": model.size_bytes,
         "memcpy_gbps": round(memcpy_gbps(), 1),
+        "int8_gmacs": round(int8_gmacs(opts.threads or default_threads()), 1),
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
         "patches": ", ".join(facts["patches"]),
         "build": f"CPU {build['cpu_mode']}, CUDA {'on' if build['cuda'] else 'off'}, "

@@ -132,7 +132,7 @@ def test_every_steps_logits_are_kept_only_when_a_mode_may_diverge() -> None:
     assert not any("kept every step's logits" in s for s in limitations(run, {}))
 
 
-def test_the_floor_table_states_the_weights_read_floor_and_the_rate() -> None:
+def test_the_floor_table_states_the_weights_read_and_arithmetic_floors() -> None:
     from swarmkv_bench.floor import floor_markdown, rows_per_step
 
     records = [
@@ -143,8 +143,14 @@ def test_the_floor_table_states_the_weights_read_floor_and_the_rate() -> None:
     setup = {"model_bytes": 200 * 10**6, "model_params": 10**9, "memcpy_gbps": 20.0}
     table = floor_markdown(records, setup)
     assert "is 10.0 ms" in table  # 200 MB at 20 GB/s
-    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 10.0 | 10.0 | 40.0 |" in table
-    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 10.0 | 2.0 | 100.0 |" in table
+    assert "no arithmetic floor" in table  # rate not measured: said, not made up
+    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 10.0 | not measured | 10.0 | 40.0 |" in table
+    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 10.0 | not measured | 2.0 | 100.0 |" in table
+    # 1e9 multiply-adds per row at 50 G/s: 20 ms per row, above the 10 ms read floor
+    table = floor_markdown(records, {**setup, "int8_gmacs": 50.0})
+    assert "at the 50.0 G/s" in table
+    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 10.0 | 40.0 | 2.5 | 40.0 |" in table
+    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 10.0 | 20.0 | 1.0 | 100.0 |" in table
     assert floor_markdown(records, {}) == ""  # not measured: no table, not a made-up one
 
 
