@@ -50,7 +50,10 @@ def test_fork_in_context(tmp_path: Path) -> None:
 
 def test_rope_offset_pitfall(tmp_path: Path) -> None:
     out = run_example("rope_offset_pitfall.py", tmp_path)
-    assert "(after the document): '5.6 metres.'" in out
+    # the answer, not its last character: after "5.6 metres" the model's next token is a
+    # near-tie between "." and a newline (0.04-0.23 logits apart, flipped by the kernels'
+    # rounding; checked with the top-2 logits of each step), so the period is not asserted
+    assert "(after the document): '5.6 metres" in out
     assert "refused: position gap in seq 1" in out
     nmse = float(re.search(r"NMSE ([\d.e+-]+)", out).group(1))  # type: ignore[union-attr]
     assert nmse > 1e-2, out
