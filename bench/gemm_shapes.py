@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swarmkv_bench.kernel_rate import median_ms
+from swarmkv_bench.kernel_rate import mul_mat_ms
 
 # (name, ggml type name, input dim k, output rows m): the default model's Q8_0/Q5_0 products
 SHAPES = [
@@ -36,8 +36,8 @@ def child(args: argparse.Namespace) -> None:
     out = {}
     for name, type_name, k, m in SHAPES:
         for n in args.row_counts:
-            ms = median_ms(type_name, k, m, n, args.threads, args.exact, args.reps)
-            out[f"{name}|{n}"] = ms
+            times = mul_mat_ms(type_name, k, m, n, args.threads, args.exact, args.reps)
+            out[f"{name}|{n}"] = statistics.median(times)
     json.dump(out, sys.stdout)
 
 

@@ -34,19 +34,14 @@ def rows_per_step(r: TrialRecord) -> int:
     return r.n_branches if batched else 1
 
 
-def _step_floor_ms(rows: int, setup: dict[str, Any]) -> tuple[float, float | None]:
-    """(weights-read floor, arithmetic floor or None when the int8 rate was not measured)."""
-    bytes_ms = setup["model_bytes"] / (setup["memcpy_gbps"] * 1e6)
-    rate = setup.get("int8_gmacs")
-    return bytes_ms, (setup["model_params"] * rows / (rate * 1e6) if rate else None)
-
-
 def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
     """The floor table: measured ms/step, the weights-read and arithmetic floors, x floor,
     GFLOP/s achieved."""
     if not all(setup.get(k) for k in ("model_bytes", "model_params", "memcpy_gbps")):
         return ""
-    model_bytes, gbps, rate = setup["model_bytes"], setup["memcpy_gbps"], setup.get("int8_gmacs")
+    model_bytes, params = setup["model_bytes"], setup["model_params"]
+    gbps, rate = setup["memcpy_gbps"], setup.get("int8_gmacs")
+    read_ms = model_bytes / (gbps * 1e6)
     arith = (
         f"Arithmetic: one multiply-add per parameter and token row, at the {rate:.1f} G/s "
         "this build's int8 weight kernels reach here (a Q5_0 product of 64 rows that fits in "
@@ -59,7 +54,7 @@ def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
         "## How far from the floor",
         "",
         f"A step reads every weight once: {model_bytes / 2**20:.0f} MiB at the measured "
-        f"{gbps:.1f} GB/s memcpy rate is {model_bytes / (gbps * 1e6):.1f} ms (KV reads not "
+        f"{gbps:.1f} GB/s memcpy rate is {read_ms:.1f} ms (KV reads not "
         f"counted). {arith} The floor is the larger of the two, so a lower bound.",
         "",
         "| config | mode | rows/step | ms/step | read floor ms | int8 floor ms | x floor "
@@ -73,9 +68,9 @@ def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
     for (cfg, mode), rs in sorted(groups.items()):
         step = statistics.median(r.extra["gen_ms_per_step"] for r in rs)
         rows = rows_per_step(rs[0])
-        read_ms, arith_ms = _step_floor_ms(rows, setup)
+        arith_ms = params * rows / (rate * 1e6) if rate else None  # params multiply-adds a row
         floor_ms = max(read_ms, arith_ms or 0.0)
-        gflops = 2 * setup["model_params"] * rows / (step * 1e6) if step > 0 else float("nan")
+        gflops = 2 * params * rows / (step * 1e6) if step > 0 else float("nan")
         arith_cell = f"{arith_ms:.1f}" if arith_ms is not None else "not measured"
         lines.append(
             f"| {cfg} | {mode} | {rows} | {step:.1f} | {read_ms:.1f} | {arith_cell} | "

@@ -8,8 +8,9 @@ the kernels reach here, not the CPU's peak, which no kernel of this build attain
 
 from __future__ import annotations
 
-import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,10 @@ BLOCK_BYTES = {"Q5_0": 22, "Q8_0": 34}  # bytes per 32-weight block, its f16 sca
 RATE_SHAPE = ("Q5_0", 640, 2048, 64)  # type, k, m, n: ffn_up by 64 rows
 
 
-def _backend(threads: int, exact: bool) -> Any:
+@contextmanager
+def cpu_backend(threads: int, exact: bool) -> Iterator[Any]:
+    """A CPU backend with the thread count and batch-invariant mode set (freed on exit); the
+    kernel tests' one-op graphs (tests/native/ggml_graph.py) run on it too."""
     from swarmkv._native import ffi, lib
 
     dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
@@ -34,9 +38,14 @@ def _backend(threads: int, exact: bool) -> Any:
             raise RuntimeError(f"the CPU backend has no {name.decode()}")
         return ffi.cast(sig, fn)
 
-    proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
-    proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(backend, exact)
-    return backend
+    try:
+        proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
+        proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
+            backend, exact
+        )
+        yield backend
+    finally:
+        lib.ggml_backend_free(backend)
 
 
 def _weights(type_name: str, nbytes: int) -> np.ndarray:
@@ -55,35 +64,34 @@ def mul_mat_ms(
         raise ValueError(f"kernel_rate times {sorted(GGML_TYPES)} weights, not {type_name!r}")
     from swarmkv._native import ffi, lib
 
-    backend = _backend(threads, exact)
     size = 8 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
     params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
     ctx = lib.ggml_init(params[0])
     buf = ffi.NULL
     try:
-        a = lib.ggml_new_tensor_2d(ctx, GGML_TYPES[type_name], k, m)
-        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
-        graph = lib.ggml_new_graph(ctx)
-        lib.ggml_build_forward_expand(graph, lib.ggml_mul_mat(ctx, a, b))
-        buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
-        if buf == ffi.NULL:
-            raise RuntimeError("could not allocate the product's tensors")
-        w = _weights(type_name, lib.ggml_nbytes(a))
-        lib.ggml_backend_tensor_set(a, ffi.from_buffer(w), 0, w.nbytes)
-        x = np.random.default_rng(1).standard_normal((n, k)).astype(np.float32)
-        lib.ggml_backend_tensor_set(b, ffi.from_buffer(x), 0, x.nbytes)
-        times = []
-        for _ in range(reps + 1):
-            t0 = time.perf_counter()
-            if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
-                raise RuntimeError("ggml_backend_graph_compute failed")
-            times.append((time.perf_counter() - t0) * 1e3)
-        return times[1:]
+        with cpu_backend(threads, exact) as backend:
+            a = lib.ggml_new_tensor_2d(ctx, GGML_TYPES[type_name], k, m)
+            b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, lib.ggml_mul_mat(ctx, a, b))
+            buf = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
+            if buf == ffi.NULL:
+                raise RuntimeError("could not allocate the product's tensors")
+            w = _weights(type_name, lib.ggml_nbytes(a))
+            lib.ggml_backend_tensor_set(a, ffi.from_buffer(w), 0, w.nbytes)
+            x = np.random.default_rng(1).standard_normal((n, k)).astype(np.float32)
+            lib.ggml_backend_tensor_set(b, ffi.from_buffer(x), 0, x.nbytes)
+            times = []
+            for _ in range(reps + 1):
+                t0 = time.perf_counter()
+                if lib.ggml_backend_graph_compute(backend, graph) != lib.GGML_STATUS_SUCCESS:
+                    raise RuntimeError("ggml_backend_graph_compute failed")
+                times.append((time.perf_counter() - t0) * 1e3)
+            return times[1:]
     finally:
         if buf != ffi.NULL:
             lib.ggml_backend_buffer_free(buf)
         lib.ggml_free(ctx)
-        lib.ggml_backend_free(backend)
 
 
 def int8_gmacs(threads: int, exact: bool = True, reps: int = 15) -> float:
@@ -91,9 +99,3 @@ def int8_gmacs(threads: int, exact: bool = True, reps: int = 15) -> float:
     type_name, k, m, n = RATE_SHAPE
     best = min(mul_mat_ms(type_name, k, m, n, threads, exact, reps))
     return k * m * n / (best * 1e6)
-
-
-def median_ms(
-    type_name: str, k: int, m: int, n: int, threads: int, exact: bool, reps: int
-) -> float:
-    return statistics.median(mul_mat_ms(type_name, k, m, n, threads, exact, reps))

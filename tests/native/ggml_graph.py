@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from swarmkv._native import ffi, lib
+from swarmkv_bench.kernel_rate import cpu_backend
 
 # build(ctx) -> ([(input tensor, its bytes)], output tensor)
 Builder = Callable[[Any], tuple[list[tuple[Any, bytes]], Any]]
-
-
-@contextmanager
-def cpu_backend(threads: int, invariant: bool) -> Iterator[Any]:
-    """A CPU backend with the thread count and batch-invariant mode set (freed on exit)."""
-    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-    backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
-    assert backend != ffi.NULL
-    reg = lib.ggml_backend_dev_backend_reg(dev)
-
-    def proc(name: bytes, sig: str) -> Any:
-        fn = lib.ggml_backend_reg_get_proc_address(reg, name)
-        assert fn != ffi.NULL, name
-        return ffi.cast(sig, fn)
-
-    try:
-        proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
-        proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
-            backend, invariant
-        )
-        yield backend
-    finally:
-        lib.ggml_backend_free(backend)
 
 
 def compute(build: Builder, threads: int = 2, invariant: bool = True) -> np.ndarray:
