@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""One weight product at a time: ggml MUL_MAT of the default model's Q8_0 and Q5_0 weight
-shapes by 1 to 64 activation rows, patch 0004's skinny GEMM against the kernels it replaces
-(SWARMKV_SKINNY_GEMM=1 / 0, each setting in a fresh process, alternating), so each shape can
-keep whichever is faster. Batch-invariant mode is on by default (every shape goes through the
-skinny GEMM there); --no-exact measures llama.cpp's own dispatch, where the skinny GEMM takes
-only shapes of SWARMKV_SKINNY_MIN_ROWS rows and more.
+"""One weight product at a time: ggml MUL_MAT of the default model's weight shapes by 1 to 64
+activation rows, SwarmKV's weight kernels against the ones they replace (each setting in a
+fresh process, alternating), so each shape can keep whichever is faster: patch 0004's skinny
+GEMM for Q8_0/Q5_0 (SWARMKV_SKINNY_GEMM) and patch 0008's K-quant rows for Q4_K/Q6_K
+(SWARMKV_KQUANT_ROWS; batch-invariant mode only), both switched together (1: on, 0: off).
+Batch-invariant mode is on by default (every Q8_0/Q5_0 shape goes through the skinny GEMM
+there); --no-exact measures llama.cpp's own dispatch, where the skinny GEMM takes only shapes
+of SWARMKV_SKINNY_MIN_ROWS rows and more.
 
     python bench/gemm_shapes.py [--rows 1,2,4,8,16,32,64] [--trials 3] [-o f.json]
 
@@ -24,11 +26,14 @@ from pathlib import Path
 
 from swarmkv_bench.kernel_rate import mul_mat_ms
 
-# (name, ggml type name, input dim k, output rows m): the default model's Q8_0/Q5_0 products
+# (name, ggml type name, input dim k, output rows m): the default model's weight products
 SHAPES = [
     ("output 640->262144 q8_0", "Q8_0", 640, 262144),
     ("ffn_up 640->2048 q5_0", "Q5_0", 640, 2048),
     ("attn_q 640->1024 q5_0", "Q5_0", 640, 1024),
+    ("ffn_down 2048->640 q4_K", "Q4_K", 2048, 640),
+    ("ffn_down 2048->640 q6_K", "Q6_K", 2048, 640),
+    ("attn_output 1024->640 q4_K", "Q4_K", 1024, 640),
 ]
 
 
@@ -42,7 +47,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_setting(args: argparse.Namespace, skinny: str) -> dict[str, float]:
-    env = {**os.environ, "SWARMKV_SKINNY_GEMM": skinny}
+    env = {**os.environ, "SWARMKV_SKINNY_GEMM": skinny, "SWARMKV_KQUANT_ROWS": skinny}
     cmd = [
         sys.executable,
         __file__,

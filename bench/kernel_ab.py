@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Patches 0004 (skinny GEMM) and 0005 (batch-invariant attention) against the kernels they
-replace, side by side in one run: prefill chunk, 1-branch step and N-branch steps, measured
-with both on and both off (SWARMKV_SKINNY_GEMM and SWARMKV_BI_ATTN = 1 / 0). Attention's
-new path serves batch-invariant mode only, so with --no-exact only the GEMM changes.
+"""Patches 0004 (skinny GEMM), 0005 (batch-invariant attention) and 0008 (K-quant rows)
+against the kernels they replace, side by side in one run: prefill chunk, 1-branch step and
+N-branch steps, measured with all on and all off (SWARMKV_SKINNY_GEMM, SWARMKV_BI_ATTN and
+SWARMKV_KQUANT_ROWS = 1 / 0). Attention's new path and the K-quant rows serve
+batch-invariant mode only, so with --no-exact only the GEMM changes.
 
 --before/--after set other environments to compare, e.g. patch 0005's row tiles against
-row-by-row walking: --before SWARMKV_BI_ATTN_TILE=1 --after SWARMKV_BI_ATTN_TILE=16.
+row-by-row walking: --before SWARMKV_BI_ATTN_TILE=1 --after SWARMKV_BI_ATTN_TILE=128.
 
 Each trial runs bench/profile_step.py --no-perf in a fresh process per setting, alternating
 on and off; one warm-up trial of each first, then --trials measured ones. Prints median
@@ -28,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SWITCHES = ("SWARMKV_SKINNY_GEMM", "SWARMKV_BI_ATTN")
+SWITCHES = ("SWARMKV_SKINNY_GEMM", "SWARMKV_BI_ATTN", "SWARMKV_KQUANT_ROWS")
 SETTINGS = ("before", "after")
 
 
 def env_of(assignments: list[str] | None, default: str) -> dict[str, str]:
-    """NAME=VALUE assignments as a dict; both patch switches set to `default` when none."""
+    """NAME=VALUE assignments as a dict; every patch switch set to `default` when none."""
     if not assignments:
         return dict.fromkeys(SWITCHES, default)
     pairs = [a.split("=", 1) for a in assignments]

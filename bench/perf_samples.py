@@ -27,6 +27,7 @@ OP_PATTERNS: list[tuple[str, str]] = [
     (r"swarmkv_skinny", "MUL_MAT skinny GEMM (patch 0004)"),
     (r"tinyBLAS|llamafile_sgemm", "MUL_MAT llamafile sgemm"),
     (r"gemm_q|gemv_q|repack|tiled", "MUL_MAT repacked/tiled"),
+    (r"_q8_K_rows|mul_mat_rows_chunk", "MUL_MAT K-quant rows (patch 0008)"),
     (r"vec_dot_q|vec_dot_iq|forward_mul_mat", "MUL_MAT vec_dot"),
     (r"quantize_row|quantize_mat|from_float", "MUL_MAT quantize activations"),
     (r"get_rows", "GET_ROWS"),

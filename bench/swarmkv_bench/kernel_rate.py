@@ -15,8 +15,11 @@ from typing import Any
 
 import numpy as np
 
-GGML_TYPES = {"Q5_0": 6, "Q8_0": 8}  # enum ggml_type values (as in gguf's GGMLQuantizationType)
-BLOCK_BYTES = {"Q5_0": 22, "Q8_0": 34}  # bytes per 32-weight block, its f16 scale first
+# enum ggml_type values (as in gguf's GGMLQuantizationType)
+GGML_TYPES = {"Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}
+# bytes per block (32 weights; K-quants: 256) and where its f16 scales sit
+BLOCK_BYTES = {"Q5_0": 22, "Q8_0": 34, "Q4_K": 144, "Q6_K": 210}
+SCALE_AT = {"Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}
 RATE_SHAPE = ("Q5_0", 640, 2048, 64)  # type, k, m, n: ffn_up by 64 rows
 
 
@@ -49,10 +52,11 @@ def cpu_backend(threads: int, exact: bool) -> Iterator[Any]:
 
 
 def _weights(type_name: str, nbytes: int) -> np.ndarray:
-    """Random quantized blocks, every block's f16 scale 2^-7 (bytes 0x00 0x20)."""
+    """Random quantized blocks, every f16 scale of a block 2^-7 (bytes 0x00 0x20)."""
     w = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
     blocks = w.reshape(-1, BLOCK_BYTES[type_name])
-    blocks[:, 0], blocks[:, 1] = 0, 0x20
+    for at in SCALE_AT[type_name]:
+        blocks[:, at], blocks[:, at + 1] = 0, 0x20
     return w
 
 

@@ -39,3 +39,18 @@ def compute(build: Builder, threads: int = 2, invariant: bool = True) -> np.ndar
         if buf != ffi.NULL:
             lib.ggml_backend_buffer_free(buf)
         lib.ggml_free(ctx)
+
+
+def weight_product(
+    type_id: int, m: int, weights: bytes, acts: np.ndarray, threads: int, invariant: bool
+) -> np.ndarray:
+    """ggml_mul_mat(weights [m x k] of ggml type type_id, acts [n x k] f32): [n x m] f32."""
+    n, k = acts.shape
+    src = np.ascontiguousarray(acts, dtype=np.float32).tobytes()
+
+    def build(ctx: Any) -> tuple[list[tuple[Any, bytes]], Any]:
+        a = lib.ggml_new_tensor_2d(ctx, type_id, k, m)
+        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
+        return [(a, weights), (b, src)], lib.ggml_mul_mat(ctx, a, b)
+
+    return compute(build, threads, invariant).reshape(n, m)

@@ -13,15 +13,11 @@ failing "mode off" control here; tests/model/test_batch_invariant.py has one for
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-from ggml_graph import compute
+from ggml_graph import weight_product
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
-
-from swarmkv._native import lib
 
 K = 640  # 20 blocks of 32, as in the default model's layers
 M = 53  # weight rows: not a multiple of 16 (the lanes of the few-row kernel) nor of 4
@@ -32,15 +28,7 @@ def mul_mat(
     wtype: str, weights: bytes, acts: np.ndarray, threads: int, invariant: bool
 ) -> np.ndarray:
     """ggml_mul_mat(weights [M x K], acts [n x K] f32) on the CPU backend: [n x M] f32."""
-    n = acts.shape[0]
-    src = np.ascontiguousarray(acts, dtype=np.float32).tobytes()
-
-    def build(ctx: Any) -> tuple[list[tuple[Any, bytes]], Any]:
-        a = lib.ggml_new_tensor_2d(ctx, int(WEIGHT_TYPES[wtype]), K, M)
-        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, K, n)
-        return [(a, weights), (b, src)], lib.ggml_mul_mat(ctx, a, b)
-
-    return compute(build, threads, invariant).reshape(n, M)
+    return weight_product(int(WEIGHT_TYPES[wtype]), M, weights, acts, threads, invariant)
 
 
 def operands(wtype: str, n: int, seed: int = 0) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -94,5 +82,5 @@ def test_the_benchs_product_timer_runs_the_same_kernels_and_rates_them() -> None
     rate = int8_gmacs(threads=2, reps=3)
     again = k * m * n / (min(mul_mat_ms(type_name, k, m, n, 2, True, 3)) * 1e6)
     assert again / 5 < rate < again * 5  # G multiply-adds per second, as timed here (noisy)
-    with pytest.raises(ValueError, match="not 'Q4_K'"):
-        mul_mat_ms("Q4_K", K, M, 1, threads=1, exact=True, reps=1)  # refused before ggml
+    with pytest.raises(ValueError, match="not 'Q2_K'"):
+        mul_mat_ms("Q2_K", K, M, 1, threads=1, exact=True, reps=1)  # refused before ggml

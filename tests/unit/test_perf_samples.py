@@ -18,6 +18,7 @@ def test_kernels_map_to_their_op() -> None:
         "MUL_MAT llamafile"
     )
     assert classify(lib, "ggml_vec_dot_q4_K_q8_K") == "MUL_MAT vec_dot"
+    assert classify(lib, "ggml_vec_dot_q6_K_q8_K_rows").startswith("MUL_MAT K-quant rows")
     assert classify(lib, "ggml_vec_dot_f16") == "FLASH_ATTN_EXT"
     assert classify("libgomp.so.1.0.0", "0x1f7da").startswith("thread sync")
     assert classify("libm.so.6", "0x72c29").startswith("libm")
