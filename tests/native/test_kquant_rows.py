@@ -1,6 +1,6 @@
 """The Q4_K / Q6_K weight products of decode steps (ffn_down, attn_output in the default
 model), run as one ggml MUL_MAT on the CPU backend. In batch-invariant mode on AVX2 builds
-patch 0008 takes each weight row against up to 16 activation rows at once, unpacking its
+patch 0008 takes each weight row against up to 8 activation rows at once, unpacking its
 scales and quants once; every result must be the bits upstream's vec_dot gives that pair
 (what a lone row gets outside batch-invariant mode; a batch there goes through other
 kernels), whatever the row count and thread count, and the products must be right (against
