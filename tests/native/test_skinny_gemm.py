@@ -69,18 +69,30 @@ def test_products_are_right(wtype: str, n: int) -> None:
         assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-6), f"invariant={invariant}"
 
 
-def test_the_benchs_product_timer_runs_the_same_kernels_and_rates_them() -> None:
+def test_the_benchs_product_timer_runs_the_same_kernels_and_rates_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """kernel_rate (the floor table's int8 rate, bench/gemm_shapes.py) times a real product on
     the CPU backend in batch-invariant mode: every run is timed, and the rate is the shape's
-    multiply-adds over the best time."""
+    multiply-adds over the best time. (The rate's formula is checked on given times, not on a
+    second timing: on a shared VM two timings of the same product differed 17x.)"""
+    from swarmkv_bench import kernel_rate
     from swarmkv_bench.kernel_rate import RATE_SHAPE, int8_gmacs, mul_mat_ms
 
     times = mul_mat_ms("Q8_0", K, M, 16, threads=2, exact=True, reps=4)
     assert len(times) == 4 and all(t > 0 for t in times)
     type_name, k, m, n = RATE_SHAPE
     assert (type_name, k, n) == ("Q5_0", 640, 64)
-    rate = int8_gmacs(threads=2, reps=3)
-    again = k * m * n / (min(mul_mat_ms(type_name, k, m, n, 2, True, 3)) * 1e6)
-    assert again / 5 < rate < again * 5  # G multiply-adds per second, as timed here (noisy)
+    assert int8_gmacs(threads=2, reps=2) > 0  # one real timing of the rate shape
+    seen: list[tuple] = []
+
+    def given_times(*args: object) -> list[float]:
+        seen.append(args)
+        return [4.0, 2.0, 3.0]  # ms
+
+    monkeypatch.setattr(kernel_rate, "mul_mat_ms", given_times)
+    assert int8_gmacs(threads=2, exact=False, reps=3) == k * m * n / 2e6  # best of the runs
+    assert seen == [(type_name, k, m, n, 2, False, 3)]
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="not 'Q2_K'"):
         mul_mat_ms("Q2_K", K, M, 1, threads=1, exact=True, reps=1)  # refused before ggml
