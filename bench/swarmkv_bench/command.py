@@ -36,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "a snapshot file made once, mapped shared), and peers "
         "server-np1, server-npN (one unified KV buffer), server-npNslots (a KV cache per "
         "slot) (llama-server with --swa-full, like for like), "
-        "server-np1+swa_window, server-npN+swa_window (its default)",
+        "server-np1+swa_window, server-npN+swa_window (its default), server-np1+inv, "
+        "server-npN+inv (its batch-invariant kernels: judged strictly against baseline+inv); "
+        "every peer's reference baseline joins the run",
     )
     p.add_argument("-n", "--n-predict", type=int, default=32)
     p.add_argument("--trials", type=int, default=3)

@@ -19,6 +19,7 @@ a mode with "inv" (or "exact") is judged strictly: any difference is a failure.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from swarmkv.errors import ConfigError
 from swarmkv.modes import MODES, ForkOptions
@@ -26,19 +27,35 @@ from swarmkv.modes import MODES, ForkOptions
 from .peer_server import SETUPS, Setup
 
 VARIANTS = ("streams", "per_branch", "exact", "inv", "fa_off", "swa_window", "shared")
-# llama-server run with --swa-full (like for like with SwarmKV's default), and "+swa_window"
-# at its own default (window-sized SWA cache): "server-" + a setup name + variant.
+# llama-server run with --swa-full (like for like with SwarmKV's default), "+swa_window" at its
+# own default (window-sized SWA cache), and "+inv" with the batch-invariant kernels
+# (LLAMA_BATCH_INVARIANT=1, weights not repacked): "server-" + a setup name + variant.
 PEER_PREFIX = "server-"
-PEERS = tuple(f"{PEER_PREFIX}{s}{v}" for v in ("", "+swa_window") for s in SETUPS)
+PEER_VARIANTS = ("", "+swa_window", "+inv")
+PEERS = tuple(f"{PEER_PREFIX}{s}{v}" for v in PEER_VARIANTS for s in SETUPS)
 
 
-def peer_setup(name: str) -> tuple[Setup, bool]:
-    """(llama-server setup, swa_full) of a peer mode name such as "server-npN+swa_window"."""
+class PeerMode(NamedTuple):
+    """A parsed peer mode name: the llama-server setup and how the server is run."""
+
+    setup: Setup
+    swa_full: bool
+    batch_invariant: bool
+
+    @property
+    def reference(self) -> str:
+        """The baseline whose tokens the server's must equal: with +inv the batch-invariant
+        one (any difference is then a failure, as for SwarmKV's own inv modes)."""
+        return "baseline+inv" if self.batch_invariant else "baseline"
+
+
+def peer_setup(name: str) -> PeerMode:
+    """The PeerMode of a peer mode name such as "server-npN+swa_window"."""
     if name not in PEERS:
         raise ConfigError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
     head, _, variant = name.removeprefix(PEER_PREFIX).partition("+")
     setup = next(s for s in SETUPS if s == head)
-    return setup, variant != "swa_window"
+    return PeerMode(setup, swa_full=variant != "swa_window", batch_invariant=variant == "inv")
 
 
 def peer_setups(spec: str) -> tuple[Setup, ...]:
@@ -119,12 +136,15 @@ def _shared(name: str, head: str, variants: list[str]) -> bool:
 
 
 def split_modes(names: list[str]) -> tuple[list[ModeSpec], list[str]]:
-    """SwarmKV modes (with every reference baseline they need, baselines first) and peers."""
+    """SwarmKV modes (with every reference baseline they and the peers need, baselines
+    first) and peers."""
     specs: dict[str, ModeSpec] = {}
     peers = []
     for name in names:
-        if name in PEERS:
+        if name in PEERS:  # a peer's tokens are checked against its reference baseline's
             peers.append(name)
+            ref = parse_mode(peer_setup(name).reference)
+            specs.setdefault(ref.name, ref)
             continue
         spec = parse_mode(name)
         ref = parse_mode(spec.reference)

@@ -305,6 +305,7 @@ def run_peer_trial(
     swa_full: bool,
     flash_attn: str,
     n_batch: int,
+    batch_invariant: bool = False,
     config_id: str,
     trial: int,
     is_warmup: bool,
@@ -321,13 +322,15 @@ def run_peer_trial(
     Server start-up (model load, warm-up, until /health says 200) is excluded from e2e_ms and
     recorded as extra["server_start_ms"]. Without `n_ctx`, -c is sized with `size_n_ctx` from
     token counts of `tokenizer` (the swarmkv.Model the caller holds); `doc_tokens` (document
-    with BOS) likewise.
+    with BOS) likewise. batch_invariant: the server runs the batch-invariant kernels
+    (LLAMA_BATCH_INVARIANT=1, weights not repacked), like SwarmKV's +inv modes.
     """
     n_parallel = 1 if setup == "np1" else len(prompts)
     n_ctx, doc_tokens = _sizes(tokenizer, doc, prompts, n_predict, setup, n_ctx, doc_tokens)
     config = ServerConfig(
-        Path(model_path), n_ctx, n_parallel, threads, n_batch, setup == "npN", swa_full, flash_attn
-    )
+        Path(model_path), n_ctx, n_parallel, threads, n_batch, setup == "npN", swa_full, flash_attn,
+        batch_invariant=batch_invariant,
+    )  # fmt: skip
     with LlamaServer(server_bin, config, log_path=log_path) as server:
         record = run_peer_trial_at(
             server.base_url, doc=doc, prompts=prompts, n_predict=n_predict, setup=setup,

@@ -32,6 +32,7 @@ log = logging.getLogger("swarmkv.bench.peer")
 Setup = Literal["np1", "npN", "npNslots"]
 SETUPS: tuple[Setup, ...] = ("np1", "npN", "npNslots")
 ENV_SERVER = "SWARMKV_LLAMA_SERVER"
+ENV_BATCH_INVARIANT = "LLAMA_BATCH_INVARIANT"  # read by patch 0003 when a context is made
 SERVER_RELPATH = Path("build/llama-server/bin/llama-server")
 HOST = "127.0.0.1"  # the peer is a local benchmark subject: never listen beyond loopback
 CTX_MARGIN = 32  # tokens per slot beyond prompt + n_predict: the server stops at n_ctx - 1
@@ -118,12 +119,17 @@ class ServerConfig:
     swa_full: bool = False
     flash_attn: str = "auto"
     extra_args: tuple[str, ...] = ()
+    # LLAMA_BATCH_INVARIANT=1 in the server's environment (patch 0003 reads it for every
+    # context) and --no-repack: the batch-invariant kernels serve weights as stored.
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1 or self.n_parallel < 1 or self.threads < 1 or self.n_batch < 1:
             raise ConfigError(f"n_ctx, n_parallel, threads and n_batch must be >= 1: {self}")
         if self.flash_attn not in FLASH_ATTN:
             raise ConfigError(f"flash_attn must be one of {FLASH_ATTN}, got {self.flash_attn!r}")
+        if self.batch_invariant and self.flash_attn == "off":
+            raise ConfigError("batch-invariant kernels need flash attention: not flash_attn='off'")
 
 
 def build_command(
@@ -142,6 +148,13 @@ def build_command(
         cmd.append("--no-kv-unified")  # explicit: the default depends on how -np was given
     if config.swa_full:
         cmd.append("--swa-full")
+    if config.batch_invariant:
+        if options and "--no-repack" not in options:
+            raise PeerServerError(
+                f"{binary} has no --no-repack, which its batch-invariant mode needs (weights "
+                "as stored): rebuild it with bench/build_llama_server.sh"
+            )
+        cmd.append("--no-repack")
     for flag in ("--cache-prompt", "--no-webui"):  # prompt cache on (the default) and no UI
         if flag in options:
             cmd.append(flag)
@@ -203,10 +216,19 @@ def _temp_log() -> Path:
     return Path(name)
 
 
-def _child_env() -> dict[str, str]:
+def child_env(config: ServerConfig) -> dict[str, str]:
+    """The server's environment: the caller's, less what would configure it behind the command
+    line's back, plus LLAMA_BATCH_INVARIANT=1 exactly when the config asks for it."""
     # llama-server reads LLAMA_ARG_* variables as defaults for its options; the command line
     # must be the whole configuration, so none may leak in from the caller's environment.
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LLAMA_ARG_") and k != ENV_BATCH_INVARIANT
+    }
+    if config.batch_invariant:
+        env[ENV_BATCH_INVARIANT] = "1"
+    return env
 
 
 class LlamaServer:
@@ -282,7 +304,7 @@ class LlamaServer:
         self._log_file = self.log_path.open("wb")
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-            env=_child_env(),
+            env=child_env(self.config),
         )  # fmt: skip
         return self._proc.pid
 

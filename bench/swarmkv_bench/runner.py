@@ -26,7 +26,8 @@ from swarmkv.results import PipelineResult
 from . import memprobe
 from .floor import memcpy_gbps
 from .kernel_rate import int8_gmacs
-from .modes import ModeSpec, peer_setup, split_modes
+from .modes import ModeSpec, parse_mode, peer_setup, split_modes
+from .provenance import swarmkv_commit
 from .records import TrialRecord, from_pipeline_result
 from .workload import BenchConfig, document, prompts_for
 
@@ -105,8 +106,8 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None) -> BenchRun:
             refs: dict[str, PipelineResult] = {}  # the baselines' latest results
             try:
                 for trial in range(-opts.warmup, opts.trials):
-                    base = _trial(run, cfg, trial, specs, pipes, progress, refs)
-                    _peer_trials(run, cfg, trial, peers, (doc, prompts), base, model, progress)
+                    bases = _trial(run, cfg, trial, specs, pipes, progress, refs)
+                    _peer_trials(run, cfg, trial, peers, (doc, prompts), bases, model, progress)
             finally:
                 for p in pipes.values():
                     p.close()
@@ -170,6 +171,7 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
         "memcpy_gbps": round(memcpy_gbps(), 1),
         "int8_gmacs": round(int8_gmacs(opts.threads or default_threads()), 1),
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
+        "swarmkv_commit": swarmkv_commit(),
         "patches": ", ".join(facts["patches"]),
         "build": f"CPU {build['cpu_mode']}, CUDA {'on' if build['cuda'] else 'off'}, "
         f"AMX kernels {'in' if facts['amx_kernels'] else 'out'}",
@@ -261,8 +263,8 @@ def _trial(
     pipes: dict[str, Pipeline],
     progress: Progress | None,
     refs: dict[str, PipelineResult],
-) -> dict[str, list[int]]:
-    """Run every mode once; returns the plain baseline's tokens per branch (for peers).
+) -> dict[str, dict[str, list[int]]]:
+    """Run every mode once; returns each baseline's tokens per branch (for the peers).
 
     With reference_trials set, baselines run only in the first that many measured trials
     (no warm-up) and later trials are checked against their last result, kept in refs.
@@ -302,8 +304,11 @@ def _trial(
         done[spec.name] = res
         if spec.mode == "baseline":
             refs[spec.name] = res
-    base = done.get("baseline")
-    return {n: list(b.tokens) for n, b in base.branches.items()} if base else {}
+    return {
+        name: {n: list(b.tokens) for n, b in res.branches.items()}
+        for name, res in done.items()
+        if parse_mode(name).mode == "baseline"
+    }
 
 
 def logits_kept(specs: list[ModeSpec], cfg: BenchConfig) -> bool | str:
@@ -339,7 +344,7 @@ def _peer_trials(
     trial: int,
     peers: list[str],
     work: tuple[str, list[str]],
-    base: dict[str, list[int]],
+    bases: dict[str, dict[str, list[int]]],
     model: Model,
     progress: Progress | None,
 ) -> None:
@@ -358,7 +363,7 @@ def _peer_trials(
     for name in peers:
         if progress:
             progress(f"{cfg.config_id} trial {trial} {name}")
-        setup, swa_full = peer_setup(name)  # swa_full like for like: it is our default
+        peer_mode = peer_setup(name)  # swa_full like for like: it is our default
         rec = peer.run_peer_trial(
             binary,
             run.options.model_path,
@@ -366,14 +371,15 @@ def _peer_trials(
             prompts=prompts,
             n_predict=cfg.n_predict,
             threads=run.options.threads or default_threads(),
-            setup=setup,
-            swa_full=swa_full,
+            setup=peer_mode.setup,
+            swa_full=peer_mode.swa_full,
+            batch_invariant=peer_mode.batch_invariant,
             flash_attn="auto",
             n_batch=run.options.n_batch,
             config_id=cfg.config_id,
             trial=trial,
             is_warmup=trial < 0,
-            baseline_tokens=base or None,
+            baseline_tokens=bases.get(peer_mode.reference),
             branch_names=[f"b{i + 1}" for i in range(cfg.n_branches)],
             tokenizer=model,  # sizes -c from the model already loaded, not a second load
             timeout_s=peer_timeout_s(cfg),

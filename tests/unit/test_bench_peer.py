@@ -35,6 +35,7 @@ from swarmkv_bench.peer import (
     run_peer_trial_at,
     size_n_ctx,
 )
+from swarmkv_bench.peer_server import child_env
 
 DOC = "The quick brown fox jumps over the lazy dog. " * 3
 PROMPTS = [" Question one?", " Question two?", " Question three?"]
@@ -129,6 +130,26 @@ def test_server_config_rejects_bad_values() -> None:
         _cfg(flash_attn="yes")
     with pytest.raises(ValueError, match=">= 1"):
         _cfg(n_parallel=0)
+    with pytest.raises(ValueError, match="need flash attention"):
+        _cfg(batch_invariant=True, flash_attn="off")
+
+
+def test_invariant_server_keeps_weights_as_stored_and_sets_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    options = frozenset({"--no-repack", "--no-webui"})
+    assert "--no-repack" not in build_command(Path("srv"), _cfg(), 9000, options)
+    cmd = build_command(Path("srv"), _cfg(batch_invariant=True), 9000, options)
+    assert "--no-repack" in cmd
+    with pytest.raises(PeerServerError, match="no --no-repack"):
+        build_command(Path("srv"), _cfg(batch_invariant=True), 9000, frozenset({"--no-webui"}))
+    # the variable is set exactly when asked: never inherited, never leaked from the caller
+    monkeypatch.setenv("LLAMA_BATCH_INVARIANT", "1")
+    monkeypatch.setenv("LLAMA_ARG_THREADS", "7")
+    plain, inv = child_env(_cfg()), child_env(_cfg(batch_invariant=True))
+    assert "LLAMA_BATCH_INVARIANT" not in plain and "LLAMA_ARG_THREADS" not in plain
+    assert inv["LLAMA_BATCH_INVARIANT"] == "1" and "LLAMA_ARG_THREADS" not in inv
+    assert plain["PATH"] == inv["PATH"] == os.environ["PATH"]
 
 
 # ----------------------------------------------------------------------------- sizing, port
@@ -430,10 +451,16 @@ def test_peer_names_are_parsed_from_one_list() -> None:
         "server-np1+swa_window",
         "server-npN+swa_window",
         "server-npNslots+swa_window",
+        "server-np1+inv",
+        "server-npN+inv",
+        "server-npNslots+inv",
     )
-    assert peer_setup("server-npN") == ("npN", True)
-    assert peer_setup("server-npNslots") == ("npNslots", True)
-    assert peer_setup("server-np1+swa_window") == ("np1", False)
+    assert peer_setup("server-npN") == ("npN", True, False)
+    assert peer_setup("server-npNslots") == ("npNslots", True, False)
+    assert peer_setup("server-np1+swa_window") == ("np1", False, False)
+    assert peer_setup("server-npN+inv") == ("npN", True, True)
+    assert peer_setup("server-npN").reference == "baseline"
+    assert peer_setup("server-npN+inv").reference == "baseline+inv"
     with pytest.raises(ConfigError, match="unknown peer"):
         peer_setup("server-np2")
 
