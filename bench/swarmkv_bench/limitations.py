@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from .metrics import ModeSummary
 from .modes import PEERS, split_modes
 from .records import TrialRecord
@@ -38,8 +40,9 @@ def limitations(run: BenchRun, summaries: dict[tuple[str, str], ModeSummary]) ->
     if any(logits_kept(specs, cfg) == "all" for cfg in opts.configs):
         lines.append(
             "A mode that may diverge at a near-tie ran, so every mode kept every step's logits "
-            "for that judgement, and e2e includes copying them (about 3 ms per branch and step "
-            "here); runs of exact modes only keep the first step's."
+            f"for that judgement, and e2e includes copying them ({_capture_ms(measured)}) and "
+            "whatever else holding them costs (Python overhead under 'Where the time goes'); "
+            "runs of exact modes only keep the first step's."
         )
     lines += _fidelity(summaries, measured)
     if not opts.memory_probe:
@@ -52,6 +55,20 @@ def limitations(run: BenchRun, summaries: dict[tuple[str, str], ModeSummary]) ->
     if opts.trials < 3:
         lines.append(f"{opts.trials} measured trial(s) per mode: fewer than the 3 to quote.")
     return [*lines, *run.notes]
+
+
+def _capture_ms(measured: list[TrialRecord]) -> str:
+    """The measured copy time of kept logits per run: the median over trials, per mode."""
+    per_mode: dict[str, list[float]] = {}
+    for r in measured:
+        if "logit_capture_ms" in r.extra and r.n_branches > 1:
+            per_mode.setdefault(f"{r.mode} at {r.n_branches}", []).append(
+                r.extra["logit_capture_ms"]
+            )
+    if not per_mode:
+        return "extra.logit_capture_ms: not recorded"
+    medians = [f"{m} {statistics.median(v):.1f} ms" for m, v in sorted(per_mode.items())]
+    return "extra.logit_capture_ms per run, median: " + ", ".join(medians)
 
 
 def _hardware(setup: dict[str, object]) -> str:

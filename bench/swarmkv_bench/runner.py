@@ -314,7 +314,8 @@ def _trial(
 def logits_kept(specs: list[ModeSpec], cfg: BenchConfig) -> bool | str:
     """What every mode keeps for the fidelity check: each branch's first-step logits, or every
     step's ("all") when a mode that may diverge at a near-tie runs, which that judgement needs.
-    Copying logits is timed with the run (about 3 ms per row and step here), so only then."""
+    Keeping them is timed with the run (the copies alone: extra.logit_capture_ms), so
+    only then."""
     may_diverge = any(not s.claims_exact for s in specs if s.mode != "baseline")
     small = cfg.n_branches * cfg.n_predict <= ALL_LOGITS_LIMIT
     return "all" if may_diverge and small else True

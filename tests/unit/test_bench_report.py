@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_target_semantics() -> None:
 def test_clean_run_has_no_mismatch_section(tmp_path: Path) -> None:
     text = render(tmp_path, synthetic_records())
     assert "FIDELITY MISMATCH" not in text
-    assert "token ids equal to the baseline's in all 8 checked trials" in text
+    assert "all 8 checked trials equal the baseline's token ids." in text
 
 
 def test_fidelity_mismatch_is_loud(tmp_path: Path) -> None:
@@ -144,6 +145,43 @@ def test_fidelity_mismatch_is_loud(tmp_path: Path) -> None:
     assert head < text.index("## Setup")  # before any number that could be quoted
     assert f"**{CFG} / fork / trial 1**: synthetic: tokens differ" in text
     assert "**MISMATCH 1/3**" in text
+
+
+def _near_tie(rec: TrialRecord) -> TrialRecord:
+    detail = "b2: diverged at step 5 of 32 (got 7, baseline 8): replay matches (near-tie)"
+    extra = rec.extra | {"fidelity_near_ties": 1}
+    return dataclasses.replace(rec, fidelity_ok=True, fidelity_detail=detail, extra=extra)
+
+
+def _is(rec: TrialRecord, mode: str, trial: int) -> bool:
+    return (rec.mode, rec.trial) == (mode, trial)
+
+
+def test_near_ties_are_listed_with_or_without_a_mismatch(tmp_path: Path) -> None:
+    records = [_near_tie(r) if _is(r, "fork", 2) else r for r in synthetic_records()]
+    text = render(tmp_path, records)
+    assert "all 8 checked trials equal the baseline's token ids, or diverged only at" in text
+    tie = f"- near-tie divergence (allowed, see measuring.md): {CFG} / fork / trial 2: b2:"
+    assert tie in text
+    records = [_near_tie(r) if _is(r, "fork", 2) else r
+               for r in synthetic_records(mismatch=(CFG, "host", 1))]  # fmt: skip
+    text = render(tmp_path, records)
+    assert "## FIDELITY MISMATCH" in text and tie in text
+    assert text.index(tie) < text.index("## Setup")
+
+
+def test_a_peer_only_mismatch_is_said_to_be_the_servers(tmp_path: Path) -> None:
+    def peer_differs(rec: TrialRecord) -> TrialRecord:
+        if not _is(rec, "server-np1", 1):
+            return rec
+        return dataclasses.replace(rec, fidelity_ok=False, fidelity_detail="b1: diverged")
+
+    text = render(tmp_path, [peer_differs(r) for r in synthetic_records()])
+    assert "## FIDELITY MISMATCH" in text
+    assert "all of them llama-server peers'" in text and "This is a bug" not in text
+    assert f"**{CFG} / server-np1 / trial 1**: b1: diverged" in text
+    ours = [peer_differs(r) for r in synthetic_records(mismatch=(CFG, "fork", 2))]
+    assert "This is a bug" in render(tmp_path, ours)  # one of SwarmKV's own: a bug
 
 
 def test_plots_are_linked_relative_to_the_report(tmp_path: Path) -> None:
