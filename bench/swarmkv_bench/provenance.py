@@ -35,8 +35,9 @@ def _swarmkv_checkout(start: Path) -> Path | None:
 def swarmkv_commit(starts: Sequence[Path] | None = None) -> str:
     """`<commit>` of the first SwarmKV checkout found from starts (default: the imported
     package's folder, then the working directory), with "(+ uncommitted changes)" when
-    tracked files differ from it and "(working directory's checkout)" when the package
-    itself was installed as a copy; otherwise the installed version and why no commit."""
+    tracked files differ from it and "checkout at <path>; the package ran from an installed
+    copy" when only a later start found it; otherwise the installed version and why no
+    commit."""
     package_dir = Path(swarmkv.__file__).resolve().parent
     starts = [package_dir, Path.cwd()] if starts is None else list(starts)
     for i, start in enumerate(starts):

@@ -26,7 +26,7 @@ from swarmkv.results import PipelineResult
 from . import memprobe
 from .floor import memcpy_gbps
 from .kernel_rate import int8_gmacs
-from .modes import ModeSpec, parse_mode, peer_setup, split_modes
+from .modes import ModeSpec, peer_setup, split_modes
 from .provenance import swarmkv_commit
 from .records import TrialRecord, from_pipeline_result
 from .workload import BenchConfig, document, prompts_for
@@ -305,9 +305,9 @@ def _trial(
         if spec.mode == "baseline":
             refs[spec.name] = res
     return {
-        name: {n: list(b.tokens) for n, b in res.branches.items()}
-        for name, res in done.items()
-        if parse_mode(name).mode == "baseline"
+        s.name: {n: list(b.tokens) for n, b in done[s.name].branches.items()}
+        for s in specs
+        if s.mode == "baseline" and s.name in done
     }
 
 
