@@ -12,7 +12,6 @@ with [min-max] and writes JSON with every trial (-o).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ import numpy as np
 
 import swarmkv
 from swarmkv import Batch, Context, ContextConfig, Model
+from swarmkv_bench.provenance import write_result
 
 DOC_TOKENS = 1024
 N_DECODE = 64
@@ -76,8 +76,7 @@ def main() -> int:
         "trials": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in trials],
     }
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.out, result, args.model or swarmkv.default_model_path())
     pre, dec = result["prefill_tokens_per_s"], result["decode_tokens_per_s"]
     sys.stdout.write(
         f"{facts['build']['cpu_mode']}: prefill {pre['median']:.1f} tok/s "

@@ -12,7 +12,6 @@ and generation ms per decode, and writes every trial as JSON (-o). Run on an idl
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import swarmkv as sk
 from swarmkv.modes import ForkOptions
 from swarmkv.pipeline import Pipeline
+from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
 STREAMS = ForkOptions(layout="streams", packing="per_branch")
@@ -88,8 +88,7 @@ def main() -> None:
                 )
                 print(f"{n:>3} branches  {name:<22} {cells}", flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1))
+        write_result(args.out, out, path)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import swarmkv
 from swarmkv_bench.kernel_rate import mul_mat_ms
+from swarmkv_bench.provenance import write_result
 
 # (name, ggml type name, input dim k, output rows m): the default model's weight products
 SHAPES = [
@@ -102,10 +104,8 @@ def main() -> int:
             print(f"| {name} | {n} | {spread(off)} | {spread(on)} | {ratio:.2f}x | {gmacs:.1f} |")
             table.append({"shape": name, "rows": n, "off_ms": off, "on_ms": on, "gmacs_on": gmacs})
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps({"exact": args.exact, "threads": args.threads, "shapes": table}, indent=1)
-        )
+        result = {"exact": args.exact, "threads": args.threads, "shapes": table}
+        write_result(args.out, result, swarmkv.default_model_path())
     return 0
 
 

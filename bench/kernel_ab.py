@@ -28,6 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import swarmkv
+from swarmkv_bench.provenance import write_result
+
 HERE = Path(__file__).resolve().parent
 SWITCHES = ("SWARMKV_SKINNY_GEMM", "SWARMKV_BI_ATTN", "SWARMKV_KQUANT_ROWS")
 SETTINGS = ("before", "after")
@@ -95,14 +98,8 @@ def main() -> int:
         cells = [f"{r[n][0]:8.1f} [{r[n][1]:.1f}-{r[n][2]:.1f}]" for n in SETTINGS]
         print(f"{r['phase']:28} {cells[0]:>24} {cells[1]:>24} {r['speedup']:7.2f}x")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {"args": vars(args) | {"out": str(args.out)}, "trials": trials, "table": rows},
-                indent=2,
-            )
-            + "\n"
-        )
+        result = {"args": vars(args) | {"out": str(args.out)}, "trials": trials, "table": rows}
+        write_result(args.out, result, swarmkv.default_model_path())
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import sys
 import time
@@ -24,13 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perf_samples import PerfError, op_table, profile
-
 import swarmkv as sk
 from swarmkv.batch import Batch
 from swarmkv.context import Context
 from swarmkv.context_config import ContextConfig
 from swarmkv.decoding import chunk_bounds, prefill_chunks
+from swarmkv_bench.perf_samples import PerfError, op_table, profile
+from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +125,7 @@ def main() -> int:
     for ph in phases:
         print_phase(ph)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.out, result, sk.default_model_path())
     return 0
 
 

@@ -15,7 +15,7 @@ on an idle machine.
 from __future__ import annotations
 
 import argparse
-import json
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -23,6 +23,7 @@ from snapshot_times import spread, timed
 
 from swarmkv.dist import RayFanout
 from swarmkv.pipeline import Pipeline
+from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
 WORKER_KEYS = ("get_ms", "verify_ms", "restore_ms", "run_ms")
@@ -77,6 +78,7 @@ def main() -> None:
     args = ap.parse_args()
     ray.init(num_cpus=args.workers * args.threads, include_dashboard=False, logging_level="WARNING")
     with Pipeline() as pipe:  # local: every CPU, as `swarmkv run` uses
+        model_path = pipe.model.path
         pipe.prefill("doc", text=document(pipe.model, args.doc_tokens))
         job(pipe, args.branches, args.n_predict)
         with RayFanout(pipe.model.path, workers=args.workers, threads=args.threads) as fan:
@@ -88,8 +90,7 @@ def main() -> None:
         shown = f"{value[0]} [{value[1]}-{value[2]}]" if key.endswith("_ms") else value
         print(f"{key:<22} {shown}")
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(json.dumps(result, indent=2) + "\n")
+        write_result(Path(args.out), result, model_path)
 
 
 if __name__ == "__main__":

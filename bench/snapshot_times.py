@@ -13,7 +13,6 @@ prefilled the document). Run it on an idle machine.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -25,6 +24,7 @@ import numpy as np
 
 import swarmkv as sk
 from swarmkv.pipeline import Pipeline
+from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
 PROMPT = "\n\nQuestion: What is this document about?\nAnswer:"
@@ -113,7 +113,7 @@ def main() -> None:
         shown = f"{value[0]} [{value[1]}-{value[2]}]" if isinstance(value, list) else value
         print(f"{key:<20} {shown}")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.out, result, sk.default_model_path())
 
 
 if __name__ == "__main__":

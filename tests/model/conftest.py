@@ -8,7 +8,7 @@ import pytest
 
 import swarmkv as sk
 
-from model_helpers import document
+from support.realmodel import document
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

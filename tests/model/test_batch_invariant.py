@@ -17,10 +17,11 @@ import pytest
 import swarmkv as sk
 from swarmkv.pipeline import Pipeline
 
-from model_helpers import document
+from support.realmodel import document
 
 N_BRANCHES = 32
 N_STEPS = 32
+SLOW = pytest.mark.slow
 
 
 def _last_logits(
@@ -48,6 +49,7 @@ SPLITS = [([300], 1), ([300], 2), ([300], 7), ([300], 32), ([300], 64), ([256, 4
           ([299, 1], 512), ([100, 100, 100], 512), ([1] * 20 + [280], 512)]  # fmt: skip
 
 
+@SLOW
 def test_logits_do_not_depend_on_ubatch_size_or_prompt_split(exact_model: sk.Model) -> None:
     tokens = exact_model.tokenize(document(exact_model, 300), add_special=True)[:300]
     ref = _last_logits(exact_model, tokens, [300], 512, exact=True)
@@ -56,6 +58,7 @@ def test_logits_do_not_depend_on_ubatch_size_or_prompt_split(exact_model: sk.Mod
         assert np.array_equal(got, ref), f"chunks {chunks[:3]}.. ubatch {n_ubatch}"
 
 
+@SLOW
 @pytest.mark.parametrize("fixture", ["repacked_model", "model"])
 def test_without_the_mode_the_same_splits_differ(
     fixture: str, request: pytest.FixtureRequest
@@ -114,21 +117,25 @@ def test_cells_interleaved_among_31_branches_give_the_same_logits(exact_model: s
 
 
 @pytest.mark.parametrize(
-    ("n_doc", "mode"),
-    [(300, "fork"), (700, "fork"), (700, "device")],
-    ids=["inside-window", "past-window", "device-past-window"],
+    ("n_doc", "mode", "n_branches"),
+    [
+        pytest.param(300, "fork", 4, id="smoke-4-branches"),  # the fast tier's fork run
+        pytest.param(300, "fork", N_BRANCHES, id="inside-window", marks=SLOW),
+        pytest.param(700, "fork", N_BRANCHES, id="past-window", marks=SLOW),
+        pytest.param(700, "device", N_BRANCHES, id="device-past-window", marks=SLOW),
+    ],
 )
-def test_fork_of_32_equals_the_baseline_bit_for_bit(
-    exact_model: sk.Model, n_doc: int, mode: str
+def test_fork_equals_the_baseline_bit_for_bit(
+    exact_model: sk.Model, n_doc: int, mode: str, n_branches: int
 ) -> None:
     """fork (shared cells) and device (the prefix restored on device into a stream per
-    branch) against 32 contexts of their own: every step's logits, bit for bit."""
+    branch) against a context of their own per branch: every step's logits, bit for bit."""
     doc = document(exact_model, n_doc)
     runs = {}
     for run_mode in (mode, "baseline"):
         with Pipeline(exact_model, exact=True, n_threads=2) as p:
             p.prefill("doc", text=doc)
-            for i in range(N_BRANCHES):
+            for i in range(n_branches):
                 p.branch(f"b{i}", prompt=f"\n\nQuestion {i}: what comes next?", n_predict=N_STEPS)
             runs[run_mode] = p.run(mode=run_mode, keep_logits="all")
     fork, base = runs[mode], runs["baseline"]

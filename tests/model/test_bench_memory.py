@@ -3,9 +3,13 @@ KV bytes from llama.cpp's own accounting (patch 0006)."""
 
 from __future__ import annotations
 
+import pytest
+
 import swarmkv as sk
 from swarmkv_bench import memprobe
 from swarmkv_bench.workload import BenchConfig, document, prompts_for
+
+pytestmark = pytest.mark.slow  # the slow tier: a benchmark run
 
 
 def test_each_mode_is_measured_in_a_fresh_process(model: sk.Model) -> None:

@@ -5,9 +5,13 @@ and match the batch-invariant baseline token for token."""
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+
+from support.proc import run, swarmkv_cmd
+
+pytestmark = pytest.mark.slow  # the slow tier: a benchmark run
 
 MODES = "baseline+inv,host+inv+shared,fork+inv+shared,device+inv"
 
@@ -16,14 +20,7 @@ def test_device_and_shared_rows_run_with_fidelity(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     args = ["--branches", "2", "--doc-tokens", "300", "-n", "6", "--trials", "1", "--warmup", "0"]
     args += ["--modes", MODES, "--no-memory-probe", "--out", str(out), "-t", "2"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "swarmkv", "bench", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run(swarmkv_cmd("bench", *args), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
     with (out / "all_trials.csv").open() as f:
         rows = {r["mode"]: r for r in csv.DictReader(f)}

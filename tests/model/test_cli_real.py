@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.proc import run, swarmkv_cmd
 
 pytestmark = pytest.mark.model
 
@@ -37,16 +38,7 @@ TIMEOUT_S = 180  # a generous bound: a hang fails the test instead of the whole 
 
 
 def swarmkv(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # cwd outside the source tree: `python -m` puts the working directory first on sys.path,
-    # and the repository's swarmkv/ has no compiled binding
-    return subprocess.run(
-        [sys.executable, "-m", "swarmkv", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    return run(swarmkv_cmd(*args), cwd=cwd, timeout=TIMEOUT_S)
 
 
 def run_json(*args: str, cwd: Path) -> dict[str, Any]:
@@ -105,6 +97,7 @@ def snapshot_file(workdir: Path) -> Path:
     return workdir / "doc.swkv"
 
 
+@pytest.mark.slow
 def test_snapshot_info_describes_the_file(snapshot_file: Path, workdir: Path) -> None:
     proc = swarmkv("snapshot", "info", snapshot_file.name, "--json", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
@@ -115,6 +108,7 @@ def test_snapshot_info_describes_the_file(snapshot_file: Path, workdir: Path) ->
     assert "checksum    ok" in text and "tokens" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["host", "fork"])
 def test_run_from_a_snapshot_in_another_process_answers_like_the_document(
     by_mode: dict[str, dict[str, Any]], snapshot_file: Path, workdir: Path, mode: str
@@ -128,6 +122,7 @@ def test_run_from_a_snapshot_in_another_process_answers_like_the_document(
     assert [b["tokens"] for b in got] == [b["tokens"] for b in ref]
 
 
+@pytest.mark.slow
 def test_a_longer_document_reuses_the_snapshot(snapshot_file: Path, workdir: Path) -> None:
     more = DOC + "\nThe lighthouse still stands, and visitors climb it every summer.\n"
     (workdir / "more.txt").write_text(more, encoding="utf-8")
@@ -144,6 +139,7 @@ def test_a_longer_document_reuses_the_snapshot(snapshot_file: Path, workdir: Pat
     assert f"reused {reuse['reused_tokens']} of them from the snapshot" in text.stdout
 
 
+@pytest.mark.slow
 def test_run_pipeline_toml_with_a_watermark(workdir: Path) -> None:
     (workdir / "pipeline.toml").write_text(
         '[settings]\nmode = "host"\nn_predict = 32\n\n'
@@ -164,6 +160,7 @@ def test_run_pipeline_toml_with_a_watermark(workdir: Path) -> None:
     assert out["nodes"]["lighthouse"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_demo_json_reports_a_speedup(workdir: Path) -> None:
     out = run_json("demo", cwd=workdir)
     assert out["ok"] is True

@@ -4,25 +4,19 @@ examples never rot. Each runs as a user would: `python examples/NAME.py` from an
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.model
+from support.proc import python_cmd, run
+
+pytestmark = pytest.mark.slow  # the slow tier: the example scripts
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run_example(name: str, tmp_path: Path) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run(python_cmd(str(EXAMPLES / name)), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     return proc.stdout

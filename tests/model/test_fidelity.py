@@ -59,6 +59,7 @@ def runs(request: pytest.FixtureRequest, model: sk.Model) -> Iterator[dict[str, 
     yield out
 
 
+@pytest.mark.slow
 def test_host_is_bit_exact(runs: dict[str, PipelineResult]) -> None:
     """host decodes each branch with the baseline's exact shapes: tokens and logits equal."""
     for name, fid in _report("host", runs["host"], runs["baseline"]).items():
@@ -66,6 +67,7 @@ def test_host_is_bit_exact(runs: dict[str, PipelineResult]) -> None:
         assert fid.first_nmse is not None and fid.first_nmse <= NMSE_LIMIT, name
 
 
+@pytest.mark.slow
 def test_fork_tokens_match_or_diverge_only_at_near_ties(runs: dict[str, PipelineResult]) -> None:
     """fork batches 4 branches per decode, which changes kernel shapes: tokens must match;
     a divergence passes only where host (each branch alone, the baseline's shapes, the same
@@ -75,6 +77,7 @@ def test_fork_tokens_match_or_diverge_only_at_near_ties(runs: dict[str, Pipeline
         assert fid.ok, f"{name}: {fid.describe()}"
 
 
+@pytest.mark.slow
 def test_fork_streams_per_branch_is_bit_exact(model: sk.Model, doc_long: str) -> None:
     """Per-sequence KV streams and one decode per branch reproduce the baseline exactly,
     for all 4 branches at once (the exact fork option)."""
@@ -91,6 +94,7 @@ def test_fork_streams_per_branch_is_bit_exact(model: sk.Model, doc_long: str) ->
         assert fid.first_nmse == 0.0, name
 
 
+@pytest.mark.slow
 def test_every_branch_generated_tokens(runs: dict[str, PipelineResult]) -> None:
     for mode, res in runs.items():
         assert res.ok, mode
@@ -100,7 +104,9 @@ def test_every_branch_generated_tokens(runs: dict[str, PipelineResult]) -> None:
             assert b.prefix_tokens == res.prefix_tokens
 
 
-@pytest.mark.parametrize("doc_fixture", ["doc_short", "doc_long"])
+@pytest.mark.parametrize(
+    "doc_fixture", ["doc_short", pytest.param("doc_long", marks=pytest.mark.slow)]
+)
 def test_fork_single_branch_is_bit_exact(
     model: sk.Model, doc_fixture: str, request: pytest.FixtureRequest
 ) -> None:
@@ -113,6 +119,7 @@ def test_fork_single_branch_is_bit_exact(
     assert fid.first_nmse == 0.0 or fid.first_nmse <= NMSE_LIMIT
 
 
+@pytest.mark.slow
 def test_watermark_branch_equals_baseline_of_its_prefix(model: sk.Model, doc_long: str) -> None:
     """A branch needing the first W tokens sees exactly those, starts before the prefill
     ends (host), and answers what a baseline that prefilled only W tokens answers."""
@@ -135,6 +142,7 @@ def test_watermark_branch_equals_baseline_of_its_prefix(model: sk.Model, doc_lon
     assert ready_ms < host.prefill_ms, "the watermark branch did not start before prefill ended"
 
 
+@pytest.mark.slow
 def test_fork_refuses_swa_window_on_gemma(model: sk.Model, doc_short: str) -> None:
     with Pipeline(model, swa_full=False, exact=False) as p:
         p.prefill("doc", text=doc_short).branch("q", prompt=PROMPTS["question"], n_predict=4)

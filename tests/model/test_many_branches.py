@@ -18,6 +18,8 @@ import swarmkv as sk
 from swarmkv.pipeline import Pipeline
 from swarmkv.results import PipelineResult
 
+pytestmark = pytest.mark.slow  # the slow tier: many-branch runs
+
 N_BRANCHES = 64
 N_PREDICT = 5
 # Stems of different lengths: the 64 prompts differ in text and in token count, so the fork's

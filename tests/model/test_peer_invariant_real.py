@@ -7,21 +7,23 @@ when llama-server is not built (optional, never part of `pip install`; CI builds
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from swarmkv_bench.peer_server import ENV_SERVER, find_llama_server
 
+from support.proc import run, swarmkv_cmd
+
 SERVER = find_llama_server(Path(__file__).resolve().parents[2])
 PEERS = ("server-np1+inv", "server-npN+inv")
 
-pytestmark = pytest.mark.skipif(
-    SERVER is None, reason="llama-server not built (bash bench/build_llama_server.sh)"
-)
+pytestmark = [
+    pytest.mark.slow,  # the slow tier: the llama-server peers
+    pytest.mark.skipif(
+        SERVER is None, reason="llama-server not built (bash bench/build_llama_server.sh)"
+    ),
+]
 
 
 def test_invariant_servers_decode_the_invariant_baselines_tokens(tmp_path: Path) -> None:
@@ -29,15 +31,8 @@ def test_invariant_servers_decode_the_invariant_baselines_tokens(tmp_path: Path)
     # 700 tokens: past Gemma 3's 512-token window, so the SWA layers' masks matter too
     args = ["--branches", "3", "--doc-tokens", "700", "-n", "12", "--trials", "1"]
     args += ["--warmup", "0", "--modes", ",".join(PEERS), "--no-memory-probe"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "swarmkv", "bench", *args, "--out", str(out), "-t", "2"],
-        cwd=tmp_path,
-        env={**os.environ, ENV_SERVER: str(SERVER)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    cmd = swarmkv_cmd("bench", *args, "--out", str(out), "-t", "2")
+    proc = run(cmd, cwd=tmp_path, env={ENV_SERVER: str(SERVER)}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with (out / "all_trials.csv").open() as f:
         rows = {r["mode"]: r for r in csv.DictReader(f)}

@@ -11,7 +11,8 @@ from swarmkv.errors import BatchError
 from swarmkv.fidelity import NMSE_LIMIT, compare, nmse
 from swarmkv.pipeline import Pipeline
 
-from model_helpers import continue_greedy, document, prefill
+from support.decoding import continue_greedy, prefill
+from support.realmodel import document
 
 PROMPT = "\n\nQuestion: What is this document about?\nAnswer:"
 
@@ -26,7 +27,7 @@ def test_branch_positions_must_continue_the_prefix(model: sk.Model) -> None:
         sk.HostBufferPool() as pool,
         sk.Context(model, n_ctx=2048, n_seq_max=2, kv_unified=True) as ctx,
     ):
-        prefill(ctx, doc)
+        prefill(ctx, doc, logits_last=False)
         snap = sk.capture(ctx, 0, pool, tuple(doc))
         _, right = continue_greedy(ctx, 0, prompt, len(doc), n=1)
         sk.restore(ctx, 1, snap)
@@ -42,6 +43,7 @@ def test_branch_positions_must_continue_the_prefix(model: sk.Model) -> None:
     assert drift > 1e-2 > NMSE_LIMIT
 
 
+@pytest.mark.slow
 def test_separate_tokenization_equals_concatenation_at_boundaries(model: sk.Model) -> None:
     """Document with BOS then prompt without: equal to tokenizing the whole text when the
     prompt starts with a newline or space; a prompt glued to a word is tokenized otherwise."""
@@ -56,6 +58,7 @@ def test_separate_tokenization_equals_concatenation_at_boundaries(model: sk.Mode
     ) != model.tokenize(glued_doc + "refore")
 
 
+@pytest.mark.slow
 def test_one_pass_concatenation_gives_the_same_tokens_and_logits(exact_model: sk.Model) -> None:
     """Against `document + prompt` tokenized and decoded in one pass with llama.cpp's default
     ubatch of 512 (so cut at other places than the document's chunks and the prompt), a

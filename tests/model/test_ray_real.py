@@ -20,6 +20,8 @@ ray = pytest.importorskip("ray", reason="the [test] extra installs ray; this ins
 
 from swarmkv.dist import RayFanout  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow tier: Ray
+
 N_BRANCHES = 32
 N_PREDICT = 8
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import swarmkv as sk
 
-from model_helpers import continue_greedy
+from support.decoding import continue_greedy
 
 
 def test_default_model_shape(model: sk.Model) -> None:

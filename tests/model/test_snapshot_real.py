@@ -13,16 +13,18 @@ import pytest
 import swarmkv as sk
 from swarmkv.fidelity import NMSE_LIMIT, nmse
 
-from model_helpers import continue_greedy, document, prefill
+from support.decoding import continue_greedy, prefill
+from support.realmodel import document
 
 SUFFIX = "\n\nQuestion: What is this document about?\nAnswer:"
 
 
 def _capture(ctx: sk.Context, tokens: list[int], pool: sk.HostBufferPool) -> sk.KVSnapshot:
-    prefill(ctx, tokens)
+    prefill(ctx, tokens, logits_last=False)
     return sk.capture(ctx, 0, pool, tuple(tokens))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_doc", [700, 1500])
 def test_restore_matches_uninterrupted_context(model: sk.Model, n_doc: int) -> None:
     """A restored sequence continues exactly like the one that decoded the document: in
@@ -73,7 +75,7 @@ def _max_step_nmse(
     cfg = {"n_ctx": 2048, "swa_full": swa_full, "flash_attn": flash_attn}
     with sk.HostBufferPool() as pool:
         with sk.Context(model, **cfg) as ctx:
-            prefill(ctx, doc)
+            prefill(ctx, doc, logits_last=False)
             snap = sk.capture(ctx, 0, pool, tuple(doc), flags)
             _, ref = continue_greedy(ctx, 0, suffix, len(doc), n=n)
         with sk.Context(model, **cfg) as fresh:
@@ -82,6 +84,7 @@ def _max_step_nmse(
     return max(nmse(g, r) for g, r in zip(got, ref, strict=True))
 
 
+@pytest.mark.slow
 def test_swa_full_false_drifts_past_the_window(model: sk.Model) -> None:
     """Why swa_full=True is the default: with the window-sized SWA cache, restoring a
     document longer than the window changes the next logits."""
@@ -94,6 +97,7 @@ def test_swa_full_false_drifts_past_the_window(model: sk.Model) -> None:
     assert drift > NMSE_LIMIT
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flash_attn", "prompt"),
     [

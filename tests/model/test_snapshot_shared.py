@@ -28,7 +28,9 @@ import pytest
 import swarmkv as sk
 from swarmkv.snapshot import KVSnapshot
 
-from model_helpers import DOC_SOURCE, continue_greedy, prefill
+from support.decoding import continue_greedy, prefill
+from support.memory import anon_rss_bytes
+from support.realmodel import DOC_SOURCE
 
 N_WORKERS = 4
 N_DOC = 3500
@@ -38,14 +40,17 @@ SUFFIX = "\n\nQuestion: What should a reporter of a security issue do?\nAnswer:"
 WAIT_S = 240  # a worker stuck this long at a barrier means another one died
 SMAPS_FIELDS = ("Rss", "Pss", "Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty")
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps"
-)
+pytestmark = [
+    pytest.mark.slow,  # the slow tier: four worker processes on a 3500-token document
+    pytest.mark.skipif(
+        not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps"
+    ),
+]
 
 
 def _document_tokens(model: sk.Model, n_tokens: int) -> list[int]:
     """n_tokens tokens (BOS included) of natural prose: SECURITY.md then CONTRIBUTING.md of
-    the pinned llama.cpp tree (model_helpers.document's source alone is ~1700 tokens)."""
+    the pinned llama.cpp tree (support.realmodel.document's source alone is ~1700 tokens)."""
     text = DOC_SOURCE.read_text(encoding="utf-8")
     text += "\n\n" + (DOC_SOURCE.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
     tokens = model.tokenize(text)
@@ -70,14 +75,6 @@ def _mapping_kb(path: Path) -> dict[str, int]:
                 out[head[0].rstrip(":")] += int(head[1])
     out["n_maps"] = n_maps
     return out
-
-
-def _rss_anon_bytes() -> int:
-    with open("/proc/self/status", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon in /proc/self/status")
 
 
 def _worker(rank: int, path: str, suffix: list[int], pos0: int, barrier: Any, results: Any) -> None:
@@ -106,11 +103,11 @@ def _worker(rank: int, path: str, suffix: list[int], pos0: int, barrier: Any, re
                 out["after_release"] = _mapping_kb(Path(path))["n_maps"]
             # the contrast: KVSnapshot.load reads the state into a private pool buffer
             with sk.HostBufferPool() as pool:
-                before = _rss_anon_bytes()
+                before = anon_rss_bytes(settle=False)
                 t = time.perf_counter()
                 loaded = KVSnapshot.load(path, pool)
                 out["load_ms"] = (time.perf_counter() - t) * 1e3
-                out["load_anon_growth"] = _rss_anon_bytes() - before
+                out["load_anon_growth"] = anon_rss_bytes(settle=False) - before
                 loaded.release()
         results.put(out)
     except BaseException:
@@ -143,7 +140,7 @@ def test_workers_restore_one_shared_copy_with_fidelity(model: sk.Model, tmp_path
     with sk.HostBufferPool() as pool:
         with sk.Context(model, n_ctx=N_CTX, batch_invariant=True) as ctx:
             t = time.perf_counter()
-            prefill(ctx, doc)
+            prefill(ctx, doc, logits_last=False)
             prefill_s = time.perf_counter() - t
             snap = sk.capture(ctx, 0, pool, tuple(doc))
             path = snap.save(tmp_path / "doc.swkv")

@@ -17,9 +17,12 @@ from swarmkv_bench.swarm_bench import SwarmBenchOptions, run_swarm_bench
 SERVER = find_llama_server(Path(__file__).resolve().parents[2])
 PEERS = ("server-np1", "server-npN", "server-npNslots")
 
-pytestmark = pytest.mark.skipif(
-    SERVER is None, reason="llama-server not built (bash bench/build_llama_server.sh)"
-)
+pytestmark = [
+    pytest.mark.slow,  # the slow tier: the llama-server peers
+    pytest.mark.skipif(
+        SERVER is None, reason="llama-server not built (bash bench/build_llama_server.sh)"
+    ),
+]
 
 
 def test_peers_replay_the_same_arrivals(tmp_path: Path) -> None:

@@ -31,7 +31,12 @@ def _prompt(i: int) -> str:
     return f"\n\nQuestion {i}: what does the text say about point {i * 7 % 11}?\nAnswer:"
 
 
-@pytest.mark.parametrize("policy", ["fifo", "fair", "priority"])
+SLOW = pytest.mark.slow  # one policy in the fast tier; the others in the slow one
+
+
+@pytest.mark.parametrize(
+    "policy", [pytest.param("fifo", marks=SLOW), "fair", pytest.param("priority", marks=SLOW)]
+)
 def test_poisson_arrivals_answer_exactly(
     exact_model: sk.Model, doc_short: str, reference: list[tuple[int, ...]], policy: str
 ) -> None:

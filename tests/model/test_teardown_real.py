@@ -9,11 +9,8 @@ pool and memory where they were.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,9 +19,11 @@ import pytest
 import swarmkv as sk
 from swarmkv.owned import Keeper
 from swarmkv.pipeline import Pipeline
-from swarmkv_bench.sysinfo import proc_status_bytes
 
-pytestmark = pytest.mark.model
+from support.memory import anon_rss_bytes
+from support.proc import popen, swarmkv_cmd
+
+pytestmark = pytest.mark.slow  # the slow tier: kill and timeout loops on the real model
 
 MODES = ("fork", "host", "baseline")
 QUESTIONS = [
@@ -46,29 +45,15 @@ def doc_file(tmp_path_factory: pytest.TempPathFactory, doc_long: str) -> Path:
 @pytest.mark.parametrize("mode", MODES)
 def test_ctrl_c_exits_cleanly(doc_file: Path, mode: str, delay_s: float) -> None:
     branches = [a for q in QUESTIONS for a in ("--branch", q)]
-    cmd = [sys.executable, "-m", "swarmkv", "run", "--doc", str(doc_file), *branches]
-    proc = subprocess.Popen(
-        [*cmd, "--mode", mode, "-n", "200"],  # long enough that every delay lands mid-run
-        cwd=doc_file.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    cmd = swarmkv_cmd("run", "--doc", str(doc_file), *branches)
+    # -n 200: long enough that every delay lands mid-run
+    proc = popen([*cmd, "--mode", mode, "-n", "200"], cwd=doc_file.parent)
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"exit {proc.returncode}\n{err[-3000:]}"
     assert "swarmkv: interrupted" in err
     assert "Traceback" not in err and "Segmentation" not in err, err[-3000:]
-
-
-def anon_rss() -> int:
-    """Anonymous resident memory after glibc returns its free pages: the model's weights are
-    a file mapping whose resident pages come and go, so they are left out."""
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    anon = proc_status_bytes("RssAnon")
-    assert anon is not None, "no RssAnon in /proc/self/status"
-    return anon
 
 
 def live_handles() -> int:
@@ -84,7 +69,7 @@ def test_timeout_mid_decode_frees_everything(model: sk.Model, doc_long: str, mod
         for i, q in enumerate(QUESTIONS):
             pipe.branch(f"q{i}", prompt=q, n_predict=16)
         full = pipe.run(mode)
-        handles, warm_rss = live_handles(), anon_rss()
+        handles, warm_rss = live_handles(), anon_rss_bytes()
         statuses, rss = [], []
         for timeout_s in (0.5, 2.0, 0.5, 2.0, 0.5, 2.0, 3.5):  # about 1 s per prefill chunk
             t0 = time.perf_counter()
@@ -93,7 +78,7 @@ def test_timeout_mid_decode_frees_everything(model: sk.Model, doc_long: str, mod
             statuses += [o.status for o in res.outcomes.values()]
             del res  # a result's errors hold tracebacks, and with them the run's objects
             assert live_handles() == handles, "a stopped run left a native handle behind"
-            rss.append(anon_rss())
+            rss.append(anon_rss_bytes())
         stats = pipe._pool.stats() if pipe._pool is not None else None
         again = pipe.run(mode)  # still usable, and still the same answers
     assert "cancelled" in statuses and "failed" not in statuses

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 DOC = "The lighthouse stood on the cliff for a century.\nIts last keeper left in 1987.\n"
-TESTS_DIR = Path(__file__).resolve().parents[1]  # holds tinymodel.py
 
 
 @dataclass(frozen=True)
@@ -223,8 +222,7 @@ def other_model(w: Work) -> Path:
     """A tiny model unlike w.model (another seed, so another fingerprint)."""
     path = w.dir / "other.gguf"
     if not path.exists():
-        sys.path.insert(0, str(TESTS_DIR))
-        from tinymodel import make_tiny_model
+        from support.tinymodel import make_tiny_model
 
         make_tiny_model(path, seed=1)
     return path

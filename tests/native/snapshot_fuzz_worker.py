@@ -54,8 +54,10 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import swarmkv
-from swarmkv import Batch, Context, HostBufferPool, KVSnapshot, Model, SwarmKVError
+from swarmkv import Context, HostBufferPool, KVSnapshot, Model, SwarmKVError
 from swarmkv.snapshot import check_restorable
+
+from support.decoding import prefill
 
 CTX: dict[str, Any] = {
     "n_ctx": 512,
@@ -222,14 +224,7 @@ class Harness:
     # -- native helpers --
     @staticmethod
     def decode(ctx: Context, tokens: Any, pos0: int, seq: int) -> np.ndarray:
-        with Batch(ctx.n_batch, ctx.n_seq_max) as batch:
-            for start in range(0, len(tokens), ctx.n_batch):
-                batch.clear()
-                chunk = list(tokens[start : start + ctx.n_batch])
-                last = start + ctx.n_batch >= len(tokens)
-                batch.add_sequence(chunk, pos0 + start, seq, last)
-                ctx.decode(batch)
-        return ctx.logits(-1).copy()
+        return ctx.logits(prefill(ctx, list(tokens), seq_id=seq, pos0=pos0)).copy()
 
     @staticmethod
     def capture_bytes(ctx: Context, seq: int) -> bytes:

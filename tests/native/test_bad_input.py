@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +33,8 @@ from swarmkv import (
     SnapshotMismatchError,
     SwarmKVError,
 )
+
+from support.proc import python_cmd, run
 
 SMALL: dict[str, Any] = {"n_ctx": 256, "n_batch": 64, "n_threads": 1}
 Prefill = Callable[..., int]
@@ -96,7 +97,7 @@ def test_n_ctx_beyond_n_ctx_train(tiny_model: Model) -> None:
 def test_context_larger_than_memory_is_refused_before_allocating(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tinymodel import make_tiny_model
+    from support.tinymodel import make_tiny_model
 
     path = make_tiny_model(tmp_path / "long.gguf", n_ctx_train=2**30)
     with Model(path) as model:
@@ -133,14 +134,9 @@ def test_bad_context_config(tiny_model: Model, overrides: dict[str, object], mat
 
 def _run_isolated(script: str) -> subprocess.CompletedProcess[str]:
     """Run a snippet in a fresh interpreter: a GGML_ASSERT there fails one test, not pytest."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",  # not the repo root: import the installed swarmkv
-        env={**os.environ, "GGML_NO_BACKTRACE": "1"},  # no gdb attach on abort
-    )
+    # GGML_NO_BACKTRACE: no gdb attach on abort
+    cmd = python_cmd("-c", textwrap.dedent(script))
+    return run(cmd, cwd=Path.cwd(), timeout=60, env={"GGML_NO_BACKTRACE": "1"})
 
 
 def test_n_seq_max_above_n_batch_raises_instead_of_aborting(tiny_model_path: Path) -> None:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import swarmkv
 from swarmkv._native import BUILD
 from swarmkv.install_info import ggml_cpu_features, ggml_cpu_has, info, machine_cpu
+
+from support.proc import run, stderr_tail, swarmkv_cmd
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,15 +36,18 @@ def test_default_build_has_no_amx_kernels() -> None:
     assert info()["amx_kernels"] is False
 
 
-def test_portable_build_ships_no_amx_variant() -> None:
+def test_portable_build_ships_the_variants_asked_for_and_no_amx_variant() -> None:
     libs = BUILD["backend_libraries"]
-    if BUILD["cpu_mode"] == "portable":
-        cpu_variants = [b for b in libs if b.startswith("ggml-cpu-")]
-        assert len(cpu_variants) >= 10, libs
-        assert "ggml-cpu-sapphirerapids" not in libs
-        assert "ggml-cpu-haswell" in libs and "ggml-cpu-x64" in libs
-    else:
-        assert "ggml-cpu" in libs
+    if BUILD["cpu_mode"] != "portable":
+        assert "ggml-cpu" in libs and BUILD["cpu_variants_requested"] == []
+        return
+    built = {b.removeprefix("ggml-cpu-") for b in libs if b.startswith("ggml-cpu-")}
+    assert "sapphirerapids" not in built  # the AMX variant, even when asked for
+    asked = set(BUILD["cpu_variants_requested"])
+    if asked:  # SWARMKV_CPU_VARIANTS: exactly those (CI asks for sapphirerapids too)
+        assert built == asked - {"sapphirerapids"}, (built, asked)
+    else:  # every x86 level
+        assert len(built) >= 10 and {"haswell", "x64"} <= built, libs
 
 
 def test_loaded_cpu_library_is_the_one_built() -> None:
@@ -106,12 +109,14 @@ def test_info_fields_present_and_true() -> None:
     assert "path" in facts["default_model"] and "bytes" in facts["default_model"]
 
 
-def test_cli_info_json_and_text() -> None:
-    cmd = [sys.executable, "-m", "swarmkv", "info"]
-    facts = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True,
-                                      check=True).stdout)  # fmt: skip
+def test_cli_info_json_and_text(tmp_path: Path) -> None:
+    proc = run(swarmkv_cmd("info", "--json"), cwd=tmp_path)
+    assert proc.returncode == 0, stderr_tail(proc)
+    facts = json.loads(proc.stdout)
     assert facts["llama_cpp_commit"] == swarmkv.LLAMA_CPP_COMMIT
     assert facts["ggml_cpu_features"] == ggml_cpu_features()
-    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    proc = run(swarmkv_cmd("info"), cwd=tmp_path)
+    assert proc.returncode == 0, stderr_tail(proc)
+    text = proc.stdout
     assert "AMX kernels      not compiled in" in text
     assert f"build            CPU {BUILD['cpu_mode']}" in text

@@ -85,7 +85,7 @@ def test_llama_cpp_commit_matches_the_lock_file() -> None:
 
 
 def test_tiny_model_generator_is_deterministic(tiny_model_path: Path, tmp_path: Path) -> None:
-    from tinymodel import make_tiny_model
+    from support.tinymodel import make_tiny_model
 
     again = make_tiny_model(tmp_path / "again.gguf", seed=0)
     assert again.read_bytes() == tiny_model_path.read_bytes()

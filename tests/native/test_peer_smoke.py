@@ -25,9 +25,12 @@ THREADS = 2
 log = logging.getLogger(__name__)
 SERVER = find_llama_server(Path(__file__).resolve().parents[2])
 
-pytestmark = pytest.mark.skipif(
-    SERVER is None, reason="llama-server not built (bench/build_llama_server.sh)"
-)
+pytestmark = [
+    pytest.mark.slow,  # the slow tier: the llama-server peer
+    pytest.mark.skipif(
+        SERVER is None, reason="llama-server not built (bench/build_llama_server.sh)"
+    ),
+]
 
 
 Prefill = Callable[..., int]

@@ -7,8 +7,6 @@ the driver prefills; a worker that dies fails its own branches, with the reason,
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +17,13 @@ from swarmkv.interrupt import INTERRUPT, Interrupted
 from swarmkv.model import Model
 from swarmkv.pipeline import Pipeline
 
+from support.proc import python_cmd, run, stderr_tail, swarmkv_cmd
+
 ray = pytest.importorskip("ray", reason="the [test] extra installs ray; this install lacks it")
 
 from swarmkv.dist import RayFanout  # noqa: E402
+
+pytestmark = pytest.mark.slow  # the slow tier: Ray
 
 DOC = "SwarmKV prefills a shared document once and fans its state out to many branches. " * 6
 
@@ -190,15 +192,15 @@ def test_ctrl_c_while_workers_run_ends_the_fan_out(ray_local: None, tiny_model_p
 def test_the_cli_runs_on_ray_with_the_local_tokens(tiny_model_path: Path, tmp_path: Path) -> None:
     doc = tmp_path / "doc.txt"
     doc.write_text(DOC, encoding="utf-8")
-    base = [sys.executable, "-m", "swarmkv", "run", "-m", str(tiny_model_path), "--doc", str(doc)]
+    base = swarmkv_cmd("run", "-m", str(tiny_model_path), "--doc", str(doc))
     base += ["--branch", " A:", "--branch", " B:", "--branch", " C:", "-n", "5", "-t", "1"]
 
-    def run(*extra: str) -> dict:
-        proc = subprocess.run([*base, *extra, "--json"], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    def run_json(*extra: str) -> dict:
+        proc = run([*base, *extra, "--json"], cwd=tmp_path)
+        assert proc.returncode == 0, stderr_tail(proc)
         return json.loads(proc.stdout)
 
-    local, remote = run(), run("--ray", "--workers", "2")
+    local, remote = run_json(), run_json("--ray", "--workers", "2")
     assert [b["tokens"] for b in remote["branches"]] == [b["tokens"] for b in local["branches"]]
     assert remote["mode"] == "ray:fork" and len(remote["dist"]["workers"]) == 2
 
@@ -221,7 +223,7 @@ def test_bad_numbers_and_an_unreachable_cluster_are_config_errors(
         RayFanout(tiny_model_path.with_name("missing.gguf"))
 
 
-def test_an_address_ray_cannot_use_is_a_config_error(tiny_model_path: Path) -> None:
+def test_an_address_ray_cannot_use_is_a_config_error(tiny_model_path: Path, tmp_path: Path) -> None:
     code = (
         "from swarmkv.dist import RayFanout\n"
         "from swarmkv.errors import ConfigError\n"
@@ -230,19 +232,17 @@ def test_an_address_ray_cannot_use_is_a_config_error(tiny_model_path: Path) -> N
         "except ConfigError as e:\n"
         "    print('ConfigError:', e)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120
-    )
+    out = run(python_cmd("-c", code), cwd=tmp_path, timeout=120)
     want = "ConfigError: could not start or reach the Ray cluster at 'no-such-address'"
     assert want in out.stdout, out.stdout + out.stderr[-2000:]
 
 
-def test_importing_swarmkv_never_imports_ray() -> None:
+def test_importing_swarmkv_never_imports_ray(tmp_path: Path) -> None:
     code = (
         "import sys, swarmkv, swarmkv.cli, swarmkv.pipeline, swarmkv.swarm, swarmkv.dist\n"
         "swarmkv.cli.build_parser()\n"
         "print('ray' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    out = run(python_cmd("-c", code), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"

@@ -6,32 +6,30 @@ of resident memory; a leaked llama_context keeps its logits and compute buffers 
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 
-import psutil
 import pytest
 
 from swarmkv import Batch, Context, HostBufferPool, Model
 
-CYCLES = 200
+from support.memory import rss_bytes
+from support.scale import scaled
+
+pytestmark = pytest.mark.slow  # the slow tier: leak loops
+
+CYCLES = scaled(200, floor=50)  # a leaked 2 MiB buffer per cycle: 100 MiB at the floor
 WARMUP = 5
 MAX_GROWTH = 0.05
 POOL_SIZES = (2 << 20, (2 << 20) - 4096, 1 << 20, 3 << 19)  # different sizes, all reusable
 
 
-def _rss() -> int:
-    gc.collect()
-    return int(psutil.Process().memory_info().rss)
-
-
 def _growth(cycle: Callable[[int], None]) -> tuple[float, int, int]:
     for i in range(WARMUP):
         cycle(i)
-    before = _rss()
+    before = rss_bytes()
     for i in range(CYCLES):
         cycle(i)
-    after = _rss()
+    after = rss_bytes()
     return (after - before) / before, before, after
 
 

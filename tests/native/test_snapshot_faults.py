@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +34,9 @@ from swarmkv import (
     SwarmKVError,
 )
 from swarmkv.snapshot_file import temp_path
+
+from support.memory import rss_bytes
+from support.proc import last_json_line, python_cmd, run
 
 Prefill = Callable[..., int]
 
@@ -115,28 +115,10 @@ def write_file(
     path.write_bytes(head + raw + hashlib.sha256(raw).digest() + state)
 
 
-def rss() -> int:
-    """VmRSS of this process in bytes (/proc/self/status)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
-
-
 def run_child(script: str, *args: str, cwd: Path) -> dict[str, Any]:
     """Run a Python script in a child process; its last stdout line, as JSON. A crash (an
     abort in llama.cpp) fails the test with the signal and the child's stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-    )
-    tail = "\n".join(ln for ln in proc.stderr.splitlines() if not ln.startswith("llama"))[-3000:]
-    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{tail}"
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return dict(last_json_line(run(python_cmd("-c", textwrap.dedent(script), *args), cwd=cwd)))
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -204,17 +186,13 @@ _FSIZE_CHILD = """
     import swarmkv
     from swarmkv import Context, HostBufferPool, KVSnapshot, Model, SnapshotWriteError
     from swarmkv.snapshot_file import encode
+    from support.decoding import prefill
 
     model_path, folder = sys.argv[1], sys.argv[2]
     with Model(model_path) as model, Context(model, n_ctx=512, n_batch=64, n_threads=1) as ctx:
         pool = HostBufferPool()
         tokens = model.tokenize("a document to snapshot, " * 40)[:150]
-        from swarmkv import Batch
-        with Batch(64) as batch:
-            for start in range(0, len(tokens), 64):
-                batch.clear()
-                batch.add_sequence(tokens[start : start + 64], start, 0, False)
-                ctx.decode(batch)
+        prefill(ctx, tokens, logits_last=False)
         snap = swarmkv.capture(ctx, 0, pool, tuple(tokens))
         old = snap.save(os.path.join(folder, "prefix.swkv")).read_bytes()
         head = len(encode(snap.header()))
@@ -276,13 +254,13 @@ def test_huge_size_claim_allocates_nothing(
         assert path.stat().st_blocks * 512 < 1 << 20  # sparse: nothing on disk
         match = "does not start with llama.cpp's magic"
         assert swarmkv.read_snapshot_header(path).nbytes == GIB8  # a consistent header
-    before, rss0, t0 = pool.stats(), rss(), time.perf_counter()
+    before, rss0, t0 = pool.stats(), rss_bytes(settle=False), time.perf_counter()
     with pytest.raises(SnapshotMismatchError, match=match):
         KVSnapshot.load(path, pool)
     with pytest.raises(SnapshotMismatchError, match=match):
         KVSnapshot.open_shared(path)
     assert pool.stats() == before  # not a byte allocated, no buffer taken
-    assert rss() - rss0 < 32 << 20, "the refused file was read into memory"
+    assert rss_bytes(settle=False) - rss0 < 32 << 20, "the refused file was read into memory"
     assert time.perf_counter() - t0 < 5, "the refused file was read"
 
 

@@ -24,20 +24,23 @@ import os
 import random
 import select
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import swarmkv
-from swarmkv import Batch, Context, HostBufferPool, KVSnapshot, Model
+from swarmkv import Context, HostBufferPool, KVSnapshot, Model
 from swarmkv.snapshot_file import temp_path
 
-from tinymodel import make_tiny_model
+from support.decoding import prefill
+from support.proc import popen, python_cmd
+from support.scale import scaled
+from support.tinymodel import make_tiny_model
 
-TRIALS = 20
+pytestmark = pytest.mark.slow  # the slow tier: a SIGKILL loop
+
+TRIALS = scaled(20, floor=10)  # SWARMKV_TEST_SCALE; at the floor still 5 kills mid-write
 SEED = 20_240_611
 MAX_DELAY_S = 0.3  # a few dozen saves
 ARMED_DELAY_S = 0.001  # within the ~2.5 ms a save spends writing and fsyncing its temp file
@@ -85,15 +88,8 @@ def versions(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
         tokens = model.tokenize(text)[: LENGTHS[0]]
         assert len(tokens) == LENGTHS[0]
         settings = {"n_ctx": 2048, "n_batch": 512, "type_k": "f32", "type_v": "f32"}
-        with (
-            Context(model, n_threads=2, **settings) as ctx,
-            Batch(512) as batch,
-            HostBufferPool() as pool,
-        ):
-            for start in range(0, len(tokens), 512):
-                batch.clear()
-                batch.add_sequence(tokens[start : start + 512], start, 0, False)
-                ctx.decode(batch)
+        with Context(model, n_threads=2, **settings) as ctx, HostBufferPool() as pool:
+            prefill(ctx, tokens, logits_last=False)
             for n in LENGTHS:  # longest first: each version drops the tail of the last
                 ctx.seq_rm(0, n, None)
                 snap = swarmkv.capture(ctx, 0, pool, tuple(tokens[:n]))
@@ -126,13 +122,7 @@ def test_sigkill_mid_save_leaves_the_old_or_the_new_file(
     killed_pids = []
     t0 = time.perf_counter()
     for trial in range(TRIALS):
-        child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(target), *map(str, versions)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=tmp_path,
-            text=True,
-        )
+        child = popen(python_cmd("-c", _CHILD, str(target), *map(str, versions)), cwd=tmp_path)
         try:
             ready, _, _ = select.select([child.stdout], [], [], 60)
             assert ready and child.stdout is not None

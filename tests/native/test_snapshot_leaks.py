@@ -9,33 +9,31 @@ either is far over 5% of this process's resident memory.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 from pathlib import Path
+
+import pytest
 
 import swarmkv
 from swarmkv import Context, HostBufferPool, KVSnapshot, Model
 from swarmkv.owned import Keeper
 from swarmkv.pipeline import Pipeline
 
-CYCLES = 1000
-PIPELINE_RUNS = 100  # half in host mode, half in fork mode
+from support.decoding import prefill
+from support.memory import rss_bytes
+from support.scale import scaled
+
+pytestmark = pytest.mark.slow  # the slow tier: a leak loop
+
+# Scaled by SWARMKV_TEST_SCALE. Floors: 200 cycles leak 20 MiB if one 50 KiB buffer per
+# cycle stays (4x the 5% bound here); 20 runs leak tens of MiB if a context does.
+CYCLES = scaled(1000, floor=200)
+PIPELINE_RUNS = scaled(100, floor=20)  # half in host mode, half in fork mode
 WARMUP_CYCLES = 50
 WARMUP_RUNS = 50  # glibc grows its per-thread arenas over the first ~40 runs, then stops
 MAX_GROWTH = 0.05
 N_PREFIX = 200
 DOC = "SwarmKV prefills a shared document once and fans it out to many branches. " * 6
-
-
-def rss() -> int:
-    """VmRSS of this process in bytes, after a full collection and after glibc has returned
-    its free heap memory (malloc_trim): what is left is memory in use, not fragmentation."""
-    gc.collect()
-    ctypes.CDLL(None).malloc_trim(0)
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
 
 
 def test_snapshot_cycles_and_pipeline_runs_do_not_leak(
@@ -45,11 +43,7 @@ def test_snapshot_cycles_and_pipeline_runs_do_not_leak(
     pool = HostBufferPool()
     ctx = Context(model, n_ctx=512, n_batch=64, n_seq_max=2, n_threads=1)
     prefix = tuple(prompt_tokens[:N_PREFIX])
-    with swarmkv.Batch(64) as batch:
-        for start in range(0, N_PREFIX, 64):
-            batch.clear()
-            batch.add_sequence(prefix[start : start + 64], start, 0, False)
-            ctx.decode(batch)
+    prefill(ctx, prefix, logits_last=False)
     path = tmp_path / "prefix.swkv"
 
     def cycle(i: int) -> None:
@@ -82,13 +76,13 @@ def test_snapshot_cycles_and_pipeline_runs_do_not_leak(
         cycle(i)
     for i in range(WARMUP_RUNS):
         run_pipeline(i)
-    before = rss()
+    before = rss_bytes()
     for i in range(CYCLES):
         cycle(i)
-    mid = rss()
+    mid = rss_bytes()
     for i in range(PIPELINE_RUNS):
         run_pipeline(i)
-    after = rss()
+    after = rss_bytes()
     growth = (after - before) / before
     print(
         f"\nRSS {before / 2**20:.1f} MiB -> {mid / 2**20:.1f} MiB after {CYCLES} "

@@ -19,10 +19,10 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """A git repository shaped like SwarmKV's source (swarmkv/__init__.py), one commit."""
-    repo = tmp_path / "src"
-    (repo / "swarmkv").mkdir(parents=True)
-    (repo / "swarmkv" / "__init__.py").write_text("")
+    """A git repository shaped like SwarmKV's source (src/swarmkv/__init__.py), one commit."""
+    repo = tmp_path / "checkout"
+    (repo / "src" / "swarmkv").mkdir(parents=True)
+    (repo / "src" / "swarmkv" / "__init__.py").write_text("")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
@@ -31,9 +31,10 @@ def checkout(tmp_path: Path) -> Path:
 
 def test_the_commit_of_the_packages_own_checkout(checkout: Path) -> None:
     head = _git(checkout, "rev-parse", "HEAD")
-    assert swarmkv_commit([checkout / "swarmkv"]) == head
-    (checkout / "swarmkv" / "__init__.py").write_text("changed = 1\n")
-    assert swarmkv_commit([checkout / "swarmkv"]) == f"{head} (+ uncommitted changes)"
+    package = checkout / "src" / "swarmkv"
+    assert swarmkv_commit([package]) == head
+    (package / "__init__.py").write_text("changed = 1\n")
+    assert swarmkv_commit([package]) == f"{head} (+ uncommitted changes)"
 
 
 def test_an_installed_copy_names_the_working_directorys_checkout(

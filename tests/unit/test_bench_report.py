@@ -15,6 +15,8 @@ from swarmkv_bench.records import TrialRecord
 from swarmkv_bench.report import Target, write_report
 from swarmkv_bench.synthetic import synthetic_records
 
+from support.samples import PROVENANCE
+
 CFG = "N2-doc3501-p32"
 COMMAND = "swarmkv bench --trials 3 --doc-tokens 3501 --branches 2 --out results/run1"
 SETUP = {
@@ -212,3 +214,25 @@ def test_main_table_shows_both_activation_definitions(tmp_path: Path) -> None:
     assert last is not None
     row = next(line for line in text.splitlines() if line.startswith("| fork | 3 |"))
     assert f"{last.median:.1f} [{last.min:.1f}–{last.max:.1f}]" in row
+
+
+def test_the_report_states_where_it_came_from(tmp_path: Path) -> None:
+    sums = summarize(hand_records())
+    path = write_report(
+        tmp_path / "report.md",
+        {**SETUP, "provenance": PROVENANCE},
+        sums,
+        speedups(sums),
+        hand_records(),
+        (),
+        [],
+        [],
+        COMMAND,
+    )
+    text = path.read_text(encoding="utf-8")
+    section = text.split("## Provenance", 1)[1].split("\n## ", 1)[0]
+    assert "- date: 2026-12-02T03:00:00+00:00" in section
+    assert "- CPU: AMD EPYC (family 25, model 17), 2 logical cores" in section
+    assert f"sha256 {'ab' * 32}" in section
+    assert "| provenance |" not in text  # not repeated in the setup table
+    assert "## Provenance\n\n- not recorded" in render(tmp_path, hand_records())

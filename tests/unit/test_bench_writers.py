@@ -16,6 +16,8 @@ from swarmkv_bench.report import Target
 from swarmkv_bench.synthetic import synthetic_records
 from swarmkv_bench.writers import build_best_run, read_csv, write_best_run_json, write_csv
 
+from support.samples import PROVENANCE
+
 CFG = "N2-doc3501-p32"
 
 
@@ -161,3 +163,10 @@ def test_nan_never_reaches_json(tmp_path: Path) -> None:
 def test_build_best_run_without_anything() -> None:
     doc = build_best_run({}, [], [], {})
     assert doc["fidelity"]["status"] == "unchecked" and doc["configs"] == {}
+
+
+def test_the_provenance_block_leads_best_run_json_apart_from_the_setup() -> None:
+    doc = build_best_run({}, [], [], {"threads": 2, "provenance": PROVENANCE})
+    assert doc["provenance"] == PROVENANCE
+    assert doc["setup"] == {"threads": 2}
+    assert list(doc)[:3] == ["schema", "provenance", "setup"]

@@ -113,20 +113,26 @@ def test_failed_download_prints_one_line_first(
     assert capsys.readouterr().err.startswith("fetch_llama_cpp: error: could not download")
 
 
-def test_stamp_changes_when_a_patch_changes(
+def test_stamp_changes_when_a_patch_or_the_order_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     patches = tmp_path / "patches"
     patches.mkdir()
     (patches / "0001-x.patch").write_text("one\n")
+    (patches / "0002-y.patch").write_text("y\n")
+    (patches / "series").write_text("0001-x.patch\n0002-y.patch\n")
     monkeypatch.setattr(fetch, "PATCHES", patches)
     lock = {"package": "p", "version": "1", "sha256": "s", "commit": "c"}
     before = fetch.stamp_text(lock)
     (patches / "0001-x.patch").write_text("two\n")
-    assert fetch.stamp_text(lock) != before, "an edited patch must force a fresh tree"
+    edited = fetch.stamp_text(lock)
+    assert edited != before, "an edited patch must force a fresh tree"
+    (patches / "series").write_text("0002-y.patch\n0001-x.patch\n")
+    assert fetch.stamp_text(lock) != edited, "a reordered series must force a fresh tree"
 
 
 def test_real_lock_pins_every_field() -> None:
     lock = fetch.read_lock()
-    assert {"package", "version", "archive", "sha256", "member", "commit"} <= set(lock)
+    fields = {"package", "version", "archive", "sha256", "member", "commit", "git_dir", "tree"}
+    assert fields <= set(lock)
     assert len(lock["sha256"]) == 64 and len(lock["commit"]) == 40

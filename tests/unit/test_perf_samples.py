@@ -1,13 +1,8 @@
-"""Grouping perf samples by ggml op (bench/perf_samples.py), without perf or native code."""
+"""Grouping perf samples by ggml op (swarmkv_bench.perf_samples), without perf or native code."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from perf_samples import classify, op_table
+from swarmkv_bench.perf_samples import classify, op_table
 
 
 def test_kernels_map_to_their_op() -> None:

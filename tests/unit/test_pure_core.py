@@ -3,8 +3,8 @@ native code), and the native names still load on first use."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from support.proc import python_cmd
+from support.proc import run as run_child
 
 PURE = [
     "swarmkv",
@@ -24,9 +24,7 @@ PURE = [
 
 
 def run(code: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
-    )
+    proc = run_child(python_cmd("-c", code), cwd="/", timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip()
 

@@ -17,6 +17,8 @@ from swarmkv_bench.swarm_bench import rate_entry
 from swarmkv_bench.swarm_plots import write_plots
 from swarmkv_bench.swarm_report import live_branches, targets, write_csv, write_markdown
 
+from support.samples import PROVENANCE
+
 
 def test_arrivals_are_seeded_poisson_with_the_asked_lengths() -> None:
     a = poisson_arrivals(rate=10.0, count=2000, n_min=8, n_max=32, seed=1)
@@ -81,7 +83,8 @@ def test_report_states_the_targets_from_the_measured_values(tmp_path: Path) -> N
     systems = {"host-lock": _system(1000, 10, 0.5), "swarm-fair": _system(100, 20, 0.95),
                "server-np1": _peer(8), "server-npN": _peer(30)}  # fmt: skip
     entry = {"rate": 4.0, "systems": systems}
-    report = {"command": "swarmkv bench --swarm", "rates": [entry, {**entry, "rate": 8.0}],
+    report = {"command": "swarmkv bench --swarm", "provenance": PROVENANCE,
+              "rates": [entry, {**entry, "rate": 8.0}],
               "options": {"agents": 1, "seed": 0, "n_predict": [2, 2], "doc_tokens": 10,
                           "max_live": 4, "threads": 2,
                           "peers": ["server-np1", "server-npN"]}}  # fmt: skip
@@ -95,6 +98,7 @@ def test_report_states_the_targets_from_the_measured_values(tmp_path: Path) -> N
     assert "| server-npN | 150 / 300 / 300 |" in md and "NO (50% of branches)" in md
     assert "| server-np1 | 1 | 1024 | 250 / 200 | 0 | 0 | 900 |" in md
     assert "warm-up request of the document" in md
+    assert "## Provenance" in md and "- llama.cpp commit: 0c1e57098bba" in md
     csv_rows = write_csv(report, tmp_path).read_text().splitlines()
     assert len(csv_rows) == 1 + 8 and "server-npN" in csv_rows[-1]
     assert {p.name for p in write_plots(report, tmp_path)} == {
@@ -108,7 +112,8 @@ def test_report_states_the_targets_from_the_measured_values(tmp_path: Path) -> N
 def test_a_target_whose_system_did_not_run_is_not_applicable(tmp_path: Path) -> None:
     entry = {"rate": 2.0, "systems": {"host-lock": _system(1000, 10, 0.5)}}
     assert all(value is None for _, value, _, _ in targets(entry))
-    report = {"command": "c", "rates": [entry], "options": {"agents": 1, "seed": 0,
+    report = {"command": "c", "provenance": PROVENANCE, "rates": [entry],
+              "options": {"agents": 1, "seed": 0,
               "n_predict": [2, 2], "doc_tokens": 10, "max_live": 4, "threads": None}}  # fmt: skip
     md = write_markdown(report, tmp_path).read_text()
     assert "| n/a | >= 1.5 | n/a |" in md and "Not measured here: llama-server" in md
