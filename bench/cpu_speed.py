@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prefill and decode speed of the installed build on the default model (or -m MODEL).
 
-Used for the README's native-vs-portable table: run it once under each install, on an idle
+Compares a native with a portable install: run it once under each install, on an idle
 machine. Prefill: a 1024-token document decoded in two 512-token chunks. Decode: 64 greedy
 single-token steps after it. One warm-up, then --trials measured trials; prints the median
 with [min-max] and writes JSON with every trial (-o).

@@ -55,6 +55,9 @@ swarm() {
     done
     swarmkv bench --swarm --rates 2 --agents 50 --n-range 32,32 --doc-tokens 3501 \
         --max-live 16 -t 2 --peers np1 --seed 1 --out "$out/swarm/rate2-seed1"
+    # the three seeds at 5/s: every system's and every target's median [min-max]
+    python bench/swarm_runs.py --rate 5 "$out"/swarm/rate5-seed{1,2,3} \
+        -o "$out/swarm/rate5-seeds.json" >/dev/null
 }
 
 ray() {

@@ -159,7 +159,7 @@ def _add_run(subs: Any) -> None:
         default=None,
         help="batch-invariant decoding, the default: every branch's tokens and logits are "
         "bit-identical to a context of its own; --no-exact uses llama.cpp's fastest kernels "
-        "(see the README for both costs)",
+        "(docs/results/exactness-cost.md measures both)",
     )
     _common(run)
     run.set_defaults(func=_cmd_run)
@@ -232,7 +232,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 def unescape(text: str) -> str:
     """Read \\n, \\t and \\\\ in a --branch prompt, as llama.cpp's CLI does: prompts start
-    with newlines (see README, "Writing prompts"), which a shell argument cannot easily hold.
+    with newlines (docs/guide/prompts.md), which a shell argument cannot easily hold.
     Any other backslash stays as it is."""
     return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
 

@@ -14,7 +14,7 @@ MODES = ("host", "fork", "device", "baseline")
 
 @dataclass(frozen=True)
 class ForkOptions:
-    """How fork mode lays out KV and packs decodes (measured alternatives, see README).
+    """How fork mode lays out KV and packs decodes (measured alternatives: docs/results/).
 
     layout "unified": one KV buffer; branches share the prefix cells (zero copy).
            "streams": one KV stream per sequence; seq_cp copies the prefix into each.

@@ -4,7 +4,7 @@ Both are plain specs validated before anything native runs; the handoff modes in
 turn them into DAG work. The text a branch sees is the document followed by its prompt,
 tokenized separately: the document with BOS, the prompt without. For that to equal
 tokenizing `document + prompt` as one string, end the document at a token boundary (a
-newline or sentence end) and start the prompt with a space or newline (see README).
+newline or sentence end) and start the prompt with a space or newline (docs/guide/prompts.md).
 """
 
 from __future__ import annotations

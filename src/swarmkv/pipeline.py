@@ -61,7 +61,8 @@ class Pipeline:
 
     exact=True (the default) runs every context batch-invariant (ContextConfig.batch_invariant):
     each branch's tokens and logits are bit-identical to what a context of its own computes,
-    whatever the mode; measured cost at 32 branches: 1.1-1.2x the e2e of exact=False (README).
+    whatever the mode; what it costs against exact=False is measured in
+    docs/results/exactness-cost.md.
     exact=False uses llama.cpp's fastest kernels (a model given by path is then repacked).
     """
 

@@ -96,7 +96,7 @@ class PipelineSpec:
 
 
 def _check_placeholders(b: BranchNode, names: list[str]) -> None:
-    """The brace rules of a prompt (README, "Writing prompts"): `{x}` with x in after must be
+    """The brace rules of a prompt (docs/guide/prompts.md): `{x}` with x in after must be
     a branch; `{x}` naming a branch left out of after is an error (almost surely meant as its
     text); any other `{word}` stays literal, with a warning in case it is a typo."""
     for ph in b.placeholders():

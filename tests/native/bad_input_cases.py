@@ -1,7 +1,8 @@
 """Bad inputs across the CLI, TOML files, the Python API and files, with the error each gets.
 
-The README's table "Bad input and the errors it gets" is this module's output on the default
-model, so the table says what really happens:
+The table of docs/reference/bad-input.md is generated from CASES below (docs/hooks/); run on
+the default model, this module prints it with the full messages, so the table says what really
+happens:
 
     python tests/native/bad_input_cases.py        # prints the Markdown table (a few minutes)
 
@@ -484,9 +485,9 @@ def _snapshot_file_cases() -> list[Case]:
 CASES = [*_cli_cases(), *_toml_cases(), *_api_cases(), *_snapshot_file_cases()]
 
 
-# -- the README table ---------------------------------------------------------------------------
+# -- the table with full messages ---------------------------------------------------------
 def markdown(rows: list[tuple[Case, str, str]]) -> str:
-    """The README table: where, the bad input, the error kind, the message (abridged)."""
+    """The table with full messages: where, the input, the error kind, the message (abridged)."""
     out = ["| where | bad input | error | message (abridged) |", "|---|---|---|---|"]
     for case, kind, message in rows:
         short = message if len(message) <= 140 else message[:137] + "..."

@@ -1,4 +1,4 @@
-"""Every row of the README's table "Bad input and the errors it gets" still holds: each bad
+"""Every row of the bad-input table (docs/reference/bad-input.md) still holds: each bad
 input of bad_input_cases.py, run on the tiny model, gets its kind of error (an exception
 class or exit status) and a message naming the cause; no traceback, crash or hang."""
 

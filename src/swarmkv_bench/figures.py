@@ -1,0 +1,154 @@
+"""Figures in the docs, tied to the result files they come from.
+
+A measured figure in README.md or a results page is written with an HTML comment right after
+it that names its source; the comment is invisible on the rendered page:
+
+    12458.1<!--fig branches/best_run.json#configs/N32-D3501-P32/modes/fork+inv/e2e_ms/median .1f-->
+    12458.1 [11666.0-12518.7]<!--spread branches/best_run.json#configs/.../e2e_ms .1f-->
+
+`fig` checks the number just before the comment; `spread` checks "median [min-max]" of a
+stat ({median, min, max}, or a [median, min, max] list); `ratio` checks A / B for
+PATH = A:B, two values of one file (`<!--ratio FILE#A:B .2f-->`). FILE is relative to
+docs/results/. PATH walks the JSON: keys
+separated by "/" (URL-quoted: %20 for a space, %2F for a slash), a list element by index
+(`trials/0`) or by fields' values (`speedups[mode=fork+inv,baseline_mode=baseline+inv]`). FORMAT is a Python format
+spec. tests/unit/test_results_docs.py checks every comment against its file, and that every
+measured figure (a number with a decimal point) on those pages carries one.
+
+    python -m swarmkv_bench.figures FILE#PATH [FORMAT]    # prints the annotated figure
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+ANNOTATION = re.compile(r"<!--(fig|spread|ratio) ([^#\s]+)#(\S+) (\S+)-->")
+_SELECT = re.compile(r"^(?P<key>[^\[]*)\[(?P<conds>[^\]]+=[^\]]*)\]$")
+# a measured figure: digits with a decimal point (config values are integers)
+MEASURED = re.compile(r"(?<![\w.])\d[\d,]*\.\d+")
+
+
+class FigureError(ValueError):
+    pass
+
+
+@lru_cache(maxsize=64)
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def resolve(root: Path, file: str, path: str) -> Any:
+    """The value at PATH in the JSON file root/FILE (see the module docstring)."""
+    target = root / file
+    if not target.is_file():
+        raise FigureError(f"{file}: no such result file under {root}")
+    node = _load(target.resolve())
+    for raw in path.split("/"):
+        step = unquote(raw)
+        m = _SELECT.match(step)
+        if m:
+            items = node[m["key"]] if m["key"] else node
+            conds = [c.split("=", 1) for c in m["conds"].split(",")]
+            hits = [x for x in items if all(str(x.get(k)) == v for k, v in conds)]
+            if len(hits) != 1:
+                raise FigureError(f"{file}#{path}: {step} matches {len(hits)} entries")
+            node = hits[0]
+        elif isinstance(node, list):
+            node = node[int(step)]
+        elif isinstance(node, dict) and step in node:
+            node = node[step]
+        else:
+            raise FigureError(f"{file}#{path}: no {step!r} there")
+    return node
+
+
+def value_of(root: Path, kind: str, file: str, path: str) -> Any:
+    """What a comment names: one value, or for `ratio` the quotient of its two paths."""
+    if kind != "ratio":
+        return resolve(root, file, path)
+    a, sep, b = path.partition(":")
+    if not sep:
+        raise FigureError(f"{file}#{path}: a ratio names two paths, A:B")
+    return resolve(root, file, a) / resolve(root, file, b)
+
+
+def render(kind: str, value: Any, fmt: str) -> str:
+    """The text a figure must read: one number, or "median [min-max]" of a stat."""
+    if kind in ("fig", "ratio"):
+        return format(value, fmt)
+    if isinstance(value, dict):
+        parts = (value["median"], value["min"], value["max"])
+    else:  # [median, min, max], as the study scripts write spreads
+        parts = tuple(value)
+    med, lo, hi = (format(x, fmt) for x in parts)
+    return f"{med} [{lo}-{hi}]"
+
+
+def annotate(root: Path, ref: str, fmt: str = ".1f", kind: str = "fig") -> str:
+    """`value<!--kind ref fmt-->` for ref = FILE#PATH: what a page writes."""
+    file, _, path = ref.partition("#")
+    sides = path.split(":") if kind == "ratio" else [path]
+    # each key quoted once (a caller may pass %2F for a slash inside a key)
+    safe = ":".join(
+        "/".join(quote(unquote(p), safe="[]=+-_.,") for p in side.split("/")) for side in sides
+    )
+    path = safe
+    return f"{render(kind, value_of(root, kind, file, path), fmt)}<!--{kind} {file}#{safe} {fmt}-->"
+
+
+def check(text: str, root: Path) -> list[str]:
+    """Every problem in text: a comment whose file or path is missing, or whose figure does
+    not read what the file holds, or a measured figure with no comment."""
+    problems: list[str] = []
+    checked: list[tuple[int, int]] = []
+    for m in ANNOTATION.finditer(text):
+        kind, file, path, fmt = m.groups()
+        try:
+            want = render(kind, value_of(root, kind, file, path), fmt)
+        except (FigureError, KeyError, IndexError, TypeError, ValueError) as exc:
+            problems.append(f"{m.group(0)}: {exc}")
+            continue
+        before = text[: m.start()].rstrip("*")
+        if not before.endswith(want):
+            got = before[-len(want) - 12 :].splitlines()[-1:] or [""]
+            problems.append(f"{file}#{path}: the page says ...{got[0]!r}, the file {want!r}")
+            continue
+        checked.append((len(before) - len(want), len(before)))
+    for m in MEASURED.finditer(_blank_code(text)):
+        if not any(lo <= m.start() and m.end() <= hi for lo, hi in checked):
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append(f"line {line}: {m.group(0)} has no <!--fig/spread--> source")
+    return problems
+
+
+def _blank_code(text: str) -> str:
+    """text with code blocks, code spans, link targets and comments blanked (same length):
+    numbers there are commands, paths or sources, not measured figures."""
+
+    def blank(m: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", m.group(0))
+
+    for pattern in (r"```.*?```", r"`[^`\n]*`", r"\]\([^)]*\)", r"<!--.*?-->"):
+        text = re.sub(pattern, blank, text, flags=re.S)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    if not 1 <= len(argv) <= 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = Path("docs/results")
+    fmt = argv[1] if len(argv) > 1 else ".1f"
+    kind = argv[2] if len(argv) > 2 else "fig"
+    print(annotate(root, argv[0], fmt, kind))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
