@@ -9,10 +9,10 @@ it that names its source; the comment is invisible on the rendered page:
 `fig` checks the number just before the comment; `spread` checks "median [min-max]" of a
 stat ({median, min, max}, or a [median, min, max] list); `ratio` checks A / B for
 PATH = A:B, two values of one file (`<!--ratio FILE#A:B .2f-->`). FILE is relative to
-docs/results/. PATH walks the JSON: keys
-separated by "/" (URL-quoted: %20 for a space, %2F for a slash), a list element by index
-(`trials/0`) or by fields' values (`speedups[mode=fork+inv,baseline_mode=baseline+inv]`). FORMAT is a Python format
-spec. tests/unit/test_results_docs.py checks every comment against its file, and that every
+docs/results/. PATH walks the JSON: keys separated by "/" (URL-quoted: %20 for a space, %2F
+for a slash), a list element by index (`trials/0`) or by fields' values
+(`speedups[mode=fork+inv,baseline_mode=baseline+inv]`). FORMAT is a Python format spec.
+tests/unit/test_results_docs.py checks every comment against its file, and that every
 measured figure (a number with a decimal point) on those pages carries one.
 
     python -m swarmkv_bench.figures FILE#PATH [FORMAT]    # prints the annotated figure
