@@ -152,7 +152,7 @@ def test_fuzzed_snapshot_files_are_refused_or_restored_exactly(
     for name, r in results.items():
         for strategy, n in r["counts"].items():
             print(f"  {name:8s} {strategy:13s} {n:5d}  {r['outcomes'][strategy]}")
-    assert total == TOTAL
+    assert total >= TOTAL  # a strategy may add its explicit examples to the count asked
 
     # every path was taken: refusals before and by llama.cpp, and both kinds of success
     for name in ("streams", "unified"):
