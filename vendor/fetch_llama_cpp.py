@@ -167,15 +167,22 @@ def extract_verified(archive: Path, lock: dict[str, str], dest: Path) -> None:
     print(f"fetch_llama_cpp: {n} files equal llama.cpp commit {lock['commit']}", file=sys.stderr)
 
 
+def pristine_tree(lock: dict[str, str], dest: Path) -> Path:
+    """A fresh tree of the lock's commit at dest, unpatched: the archive found or downloaded,
+    its sha256 checked, the member extracted and verified file by file."""
+    archive = locate_archive(lock)
+    check_sha256(archive, lock)
+    extract_verified(archive, lock, dest)
+    return dest
+
+
 def fetch() -> Path:
     lock = read_lock()
     if STAMP.exists() and STAMP.read_text() == stamp_text(lock):
         return TREE
-    archive = locate_archive(lock)
-    check_sha256(archive, lock)
     staging = Path(tempfile.mkdtemp(prefix="llama.cpp.", dir=VENDOR))
     try:
-        extract_verified(archive, lock, staging)
+        pristine_tree(lock, staging)
         patch_series.apply_series(staging, patch_series.read_series(PATCHES))
         (staging / ".swarmkv-stamp").write_text(stamp_text(lock))
         if TREE.exists():

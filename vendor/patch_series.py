@@ -112,11 +112,7 @@ def _pristine(dest: Path) -> Path:
     sys.path.insert(0, str(VENDOR))
     import fetch_llama_cpp as fetch
 
-    lock = fetch.read_lock()
-    archive = fetch.locate_archive(lock)
-    fetch.check_sha256(archive, lock)
-    fetch.extract_verified(archive, lock, dest)
-    return dest
+    return fetch.pristine_tree(fetch.read_lock(), dest)
 
 
 def check() -> int:

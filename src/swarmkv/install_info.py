@@ -86,19 +86,27 @@ def ggml_cpu_has() -> dict[str, bool] | None:
     return {name: bool(getattr(lib, fn)()) for name, fn in CPU_HAS.items()}
 
 
+def cpuinfo_fields() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo (model name, cpu family, flags, ...);
+    empty where there is no /proc/cpuinfo."""
+    fields: dict[str, str] = {}
+    path = Path("/proc/cpuinfo")
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if not key and fields:
+                break  # a blank line ends the first processor's block
+            fields.setdefault(key, value.strip())
+    return fields
+
+
 def machine_cpu() -> dict[str, Any]:
     """This machine's CPU model name and the instruction-set flags of interest it has."""
-    name, flags = platform.processor() or platform.machine(), set[str]()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
+    fields = cpuinfo_fields()
+    flags = set(fields.get("flags", "").split())
     return {
-        "name": name,
+        "name": fields.get("model name", platform.processor() or platform.machine()),
         "arch": platform.machine(),
         "logical_cores": os.cpu_count(),
         "flags": [f for f in MACHINE_FLAGS if f in flags],

@@ -83,15 +83,9 @@ def swarmkv_commit(starts: Sequence[Path] | None = None) -> str:
 def cpu_identity() -> dict[str, Any]:
     """The CPU as /proc/cpuinfo names it: model name, vendor, family/model/stepping numbers
     (a VM may show only "AMD EPYC": the numbers still tell Zen 3 from Zen 4), every flag."""
-    fields: dict[str, str] = {}
-    path = Path("/proc/cpuinfo")
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if not key and fields:
-                break  # the first processor's block is enough
-            fields.setdefault(key, value.strip())
+    from swarmkv.install_info import cpuinfo_fields
+
+    fields = cpuinfo_fields()
     return {
         "model_name": fields.get("model name", platform.processor() or platform.machine()),
         "vendor": fields.get("vendor_id"),
@@ -125,13 +119,6 @@ def model_facts(model: str | Path | None) -> dict[str, Any] | None:
         "bytes": path.stat().st_size,
         "sha256": file_sha256(str(path.resolve())),
     }
-
-
-def command_line(argv: Sequence[str] | None = None, prog: str | None = None) -> str:
-    """The command as typed: prog (default: the script run) and its arguments, shell-quoted."""
-    argv = sys.argv if argv is None else argv
-    head = prog if prog is not None else argv[0]
-    return shlex.join([head, *argv[1:]])
 
 
 def provenance(command: str, model: str | Path | None = None) -> dict[str, Any]:
@@ -185,7 +172,7 @@ def summary_lines(block: dict[str, Any]) -> list[str]:
 
 
 def script_command() -> str:
-    """How a bench/ script was started: `python bench/NAME.py ARGS` as typed."""
+    """How a script was started: `python bench/NAME.py ARGS` as typed."""
     return shlex.join(["python", *sys.argv])
 
 

@@ -27,7 +27,7 @@ from . import memprobe
 from .floor import memcpy_gbps
 from .kernel_rate import int8_gmacs
 from .modes import ModeSpec, peer_setup, split_modes
-from .provenance import command_line, provenance, swarmkv_commit
+from .provenance import provenance, script_command, swarmkv_commit
 from .records import TrialRecord, from_pipeline_result
 from .workload import BenchConfig, document, prompts_for
 
@@ -190,7 +190,7 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
         "warmup": opts.warmup,
         "document": str(opts.doc_path) if opts.doc_path else "synthetic fox sentence",
         # where the result came from: best_run.json and report.md carry it apart from setup
-        "provenance": provenance(opts.command or command_line(), opts.model_path),
+        "provenance": provenance(opts.command or script_command(), opts.model_path),
     }
 
 

@@ -141,11 +141,7 @@ def test_the_pinned_archive_holds_the_locks_commit_and_the_series_applies(
     tmp_path: Path,
 ) -> None:
     """The real check, on a fresh tree of the pinned source (fetched if not cached)."""
-    lock = fetch.read_lock()
-    archive = fetch.locate_archive(lock)
-    fetch.check_sha256(archive, lock)
-    tree = tmp_path / "llama.cpp"
-    fetch.extract_verified(archive, lock, tree)
+    tree = fetch.pristine_tree(fetch.read_lock(), tmp_path / "llama.cpp")
     assert not (tree / ".git").exists(), "the submodule's gitlink is left out"
     applied = series.apply_series(tree)
     assert applied == [p.name for p in series.read_series()]
