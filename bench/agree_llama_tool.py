@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import swarmkv as sk
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
 from swarmkv_bench.workload import document
 
 ROOT = Path(__file__).resolve().parents[1]

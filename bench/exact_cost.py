@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import swarmkv as sk
-from swarmkv.modes import ForkOptions
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
+from swarmkv.pipeline.modes import ForkOptions
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 

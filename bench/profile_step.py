@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import swarmkv as sk
-from swarmkv.batch import Batch
-from swarmkv.context import Context
-from swarmkv.context_config import ContextConfig
-from swarmkv.decoding import chunk_bounds, prefill_chunks
+from swarmkv.engine.sequence import chunk_bounds
+from swarmkv.engine.single import prefill as engine_prefill
+from swarmkv.llama.batch import Batch
+from swarmkv.llama.config import ContextConfig
+from swarmkv.llama.context import Context
 from swarmkv_bench.perf_samples import PerfError, op_table, profile
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
@@ -46,11 +47,13 @@ def open_context(model: sk.Model, n_doc: int, n: int, steps: int, exact: bool) -
 
 
 def prefill(ctx: Context, tokens: list[int], batch: Batch) -> list[float]:
-    """Decode tokens on seq 0 in n_batch chunks as the pipeline does (prefill_chunks); ms of
-    each chunk."""
+    """Decode tokens on seq 0 in n_batch chunks as the pipeline does (the engine's prefill);
+    ms of each chunk."""
     marks = [time.perf_counter_ns()]
     bounds = chunk_bounds(len(tokens), ctx.n_batch)
-    prefill_chunks(ctx, tokens, 0, bounds, batch, lambda _hi: marks.append(time.perf_counter_ns()))
+    engine_prefill(
+        ctx, tokens, bounds, on_progress=lambda _hi: marks.append(time.perf_counter_ns())
+    )
     return [(b - a) / 1e6 for a, b in itertools.pairwise(marks)]
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import ray
 from snapshot_times import spread, timed
 
+from swarmkv import Pipeline
 from swarmkv.dist import RayFanout
-from swarmkv.pipeline import Pipeline
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import swarmkv as sk
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import swarmkv as sk
-from swarmkv.demo_doc import DEMO_DOCUMENT, DEMO_QUESTIONS, demo_prompt
+from swarmkv.cli.demo_doc import DEMO_DOCUMENT, DEMO_QUESTIONS, demo_prompt
 
 N_PREDICT = 16
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import swarmkv as sk
-from swarmkv.demo_doc import DEMO_DOCUMENT, demo_prompt
+from swarmkv.cli.demo_doc import DEMO_DOCUMENT, demo_prompt
 
 QUESTIONS = [
     "How high did the tide peak during the storm of 14 February?",

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import swarmkv as sk
-from swarmkv.demo_doc import DEMO_DOCUMENT, DEMO_QUESTIONS, demo_prompt
+from swarmkv.cli.demo_doc import DEMO_DOCUMENT, DEMO_QUESTIONS, demo_prompt
 
 CONFIG = sk.ContextConfig(n_ctx=1280, n_batch=512)
 

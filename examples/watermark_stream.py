@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
-from swarmkv.demo_doc import DEMO_DOCUMENT
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
+from swarmkv.cli.demo_doc import DEMO_DOCUMENT
 
 T0 = time.perf_counter()
 lock = threading.Lock()

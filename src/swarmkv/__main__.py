@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarmkv.cli import main
+from swarmkv.cli.app import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,6 +5,8 @@ Messages carry the numbers involved, so a user can act without a debugger.
 
 from __future__ import annotations
 
+import builtins
+
 
 class SwarmKVError(Exception):
     """Base class of every error SwarmKV raises deliberately."""
@@ -66,3 +68,20 @@ class CycleError(DagError):
 
 class PipelineError(SwarmKVError):
     """A pipeline run finished with failed nodes (raised only when asked to)."""
+
+
+class ClosedError(SwarmKVError):
+    """Something closed was used: a model, context, batch, sampler, pool, swarm or Ray
+    fan-out after close(), or a branch still running when its swarm closed."""
+
+
+class TimeoutError(SwarmKVError, builtins.TimeoutError):
+    """A wait ran past its timeout: a swarm branch's result, a drain, a document's prefill,
+    Ray workers. Also a builtin TimeoutError, so `except TimeoutError` code keeps working.
+    A pipeline run's timeout is not raised: each node unfinished by then ends `cancelled`
+    with the timeout as its reason (PipelineResult.outcomes)."""
+
+
+class InitError(SwarmKVError):
+    """llama.cpp could not create a native object (a batch, a sampler chain, a buffer):
+    llama_batch_init, llama_sampler_chain_init or an allocation returned NULL."""

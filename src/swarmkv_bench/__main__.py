@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from swarmkv.cli import main
+from swarmkv.cli.app import main
 
 if __name__ == "__main__":
     raise SystemExit(main(["bench", *sys.argv[1:]]))

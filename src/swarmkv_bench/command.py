@@ -98,8 +98,8 @@ def _add_swarm_options(p: argparse.ArgumentParser) -> None:
 
 def run_swarm(args: argparse.Namespace) -> int:
     """`swarmkv bench --swarm`: validate, run every rate, print where the outputs went."""
-    from swarmkv.models import default_model_path
-    from swarmkv.swarm.policy import make_policy
+    from swarmkv.engine.policy import make_policy
+    from swarmkv.llama.models import default_model_path
 
     from .peer_server import find_llama_server
     from .swarm_bench import SwarmBenchOptions, run_swarm_bench
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     require_bench_extra()
     if args.swarm:
         return run_swarm(args)
-    from swarmkv.models import default_model_path
+    from swarmkv.llama.models import default_model_path
 
     from .output import write_outputs
     from .runner import BenchOptions, run_bench

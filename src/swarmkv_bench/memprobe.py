@@ -51,7 +51,7 @@ def measure(
 
 
 def _probe(body: dict[str, Any]) -> dict[str, int | None]:
-    from swarmkv.model import Model
+    from swarmkv.llama.model import Model
 
     from .modes import parse_mode
     from .runner import BenchOptions, pipeline_for

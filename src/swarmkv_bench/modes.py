@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from swarmkv.errors import ConfigError
-from swarmkv.modes import MODES, ForkOptions
+from swarmkv.pipeline.modes import MODES, ForkOptions
 
 from .peer_server import SETUPS, Setup
 

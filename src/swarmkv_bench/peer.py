@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmkv.errors import ConfigError
-from swarmkv.fidelity import compare
+from swarmkv.pipeline.fidelity import compare
 
 from .peer_client import (
     BranchRun,

@@ -18,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal, Protocol
 
-from swarmkv.budget import round_ctx
 from swarmkv.errors import ConfigError, SwarmKVError
+from swarmkv.llama.budget import round_ctx
 
 from .sysinfo import proc_status_bytes
 

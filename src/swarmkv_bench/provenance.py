@@ -83,7 +83,7 @@ def swarmkv_commit(starts: Sequence[Path] | None = None) -> str:
 def cpu_identity() -> dict[str, Any]:
     """The CPU as /proc/cpuinfo names it: model name, vendor, family/model/stepping numbers
     (a VM may show only "AMD EPYC": the numbers still tell Zen 3 from Zen 4), every flag."""
-    from swarmkv.install_info import cpuinfo_fields
+    from swarmkv.llama.install_info import cpuinfo_fields
 
     fields = cpuinfo_fields()
     return {

@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from swarmkv.fidelity import compare
+from swarmkv.pipeline.fidelity import compare
 
 log = logging.getLogger("swarmkv.bench")
 
 
 class BranchLike(Protocol):
-    """The parts of `swarmkv.results.BranchResult` the harness reads."""
+    """The parts of `swarmkv.pipeline.results.BranchResult` the harness reads."""
 
     @property
     def tokens(self) -> Sequence[int]:
@@ -67,7 +67,7 @@ class BranchLike(Protocol):
 
 
 class ResultLike(Protocol):
-    """The parts of `swarmkv.results.PipelineResult` the harness reads."""
+    """The parts of `swarmkv.pipeline.results.PipelineResult` the harness reads."""
 
     @property
     def mode(self) -> str:
@@ -170,7 +170,7 @@ def check_fidelity(
     exact: bool = False,
     replay: Mapping[str, Sequence[int]] | None = None,
 ) -> FidelityCheck:
-    """Compare token ids branch by branch with swarmkv.fidelity.compare's judge.
+    """Compare token ids branch by branch with swarmkv.pipeline.fidelity.compare's judge.
 
     exact=True: any difference fails. Otherwise a divergence passes only as a near-tie proven
     by replay (each branch's tokens decoded alone with the baseline's shapes: a host run).

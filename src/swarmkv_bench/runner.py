@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swarmkv import LLAMA_CPP_COMMIT, info
-from swarmkv.context_config import ContextConfig, default_threads
+from swarmkv import LLAMA_CPP_COMMIT, Pipeline, info
 from swarmkv.errors import SwarmKVError
-from swarmkv.interrupt import Interrupted
-from swarmkv.model import Model
-from swarmkv.pipeline import Pipeline
-from swarmkv.results import PipelineResult
+from swarmkv.llama.config import ContextConfig, default_threads
+from swarmkv.llama.model import Model
+from swarmkv.pipeline.results import PipelineResult
+from swarmkv.process.interrupt import Interrupted
 
 from . import memprobe
 from .floor import memcpy_gbps

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from swarmkv import Batch, Context, ContextConfig, HostBufferPool, Model, capture, restore
-from swarmkv.batch import Sampler
-from swarmkv.context_config import default_threads
+from swarmkv.llama.batch import Sampler
+from swarmkv.llama.config import default_threads
 from swarmkv.swarm import Swarm, SwarmBranchResult, SwarmStats
 
 from .modes import PEER_PREFIX

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import swarmkv as sk
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
 
 from support.realmodel import document
 

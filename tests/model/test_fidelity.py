@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 import swarmkv as sk
-from swarmkv.fidelity import NMSE_LIMIT, compare
-from swarmkv.handoff import ForkOptions
-from swarmkv.pipeline import Pipeline
-from swarmkv.results import PipelineResult
+from swarmkv import Pipeline
+from swarmkv.pipeline.fidelity import NMSE_LIMIT, compare
+from swarmkv.pipeline.handoff import ForkOptions
+from swarmkv.pipeline.results import PipelineResult
 
 PROMPTS = {
     "question": "\n\nQuestion: What should a reporter of a security issue do?\nAnswer:",

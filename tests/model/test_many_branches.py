@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import swarmkv as sk
-from swarmkv.pipeline import Pipeline
-from swarmkv.results import PipelineResult
+from swarmkv import Pipeline
+from swarmkv.pipeline.results import PipelineResult
 
 pytestmark = pytest.mark.slow  # the slow tier: many-branch runs
 

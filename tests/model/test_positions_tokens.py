@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 import swarmkv as sk
+from swarmkv import Pipeline
 from swarmkv._native import lib
-from swarmkv.batch import Batch
 from swarmkv.errors import BatchError
-from swarmkv.fidelity import NMSE_LIMIT, compare, nmse
-from swarmkv.pipeline import Pipeline
+from swarmkv.llama.batch import Batch
+from swarmkv.pipeline.fidelity import NMSE_LIMIT, compare, nmse
 
 from support.decoding import continue_greedy, prefill
 from support.realmodel import document

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 import swarmkv as sk
-from swarmkv.cli_output import format_dist
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
+from swarmkv.cli.output import format_dist
 
 ray = pytest.importorskip("ray", reason="the [test] extra installs ray; this install lacks it")
 

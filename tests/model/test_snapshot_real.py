@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import swarmkv as sk
-from swarmkv.fidelity import NMSE_LIMIT, nmse
+from swarmkv.pipeline.fidelity import NMSE_LIMIT, nmse
 
 from support.decoding import continue_greedy, prefill
 from support.realmodel import document

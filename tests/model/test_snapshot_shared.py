@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import swarmkv as sk
-from swarmkv.snapshot import KVSnapshot
+from swarmkv.kv.snapshot import KVSnapshot
 
 from support.decoding import continue_greedy, prefill
 from support.memory import anon_rss_bytes

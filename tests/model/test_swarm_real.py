@@ -10,7 +10,7 @@ import time
 import pytest
 
 import swarmkv as sk
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
 from swarmkv.swarm import Swarm
 
 N_AGENTS = 12

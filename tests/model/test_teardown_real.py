@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import swarmkv as sk
-from swarmkv.owned import Keeper
-from swarmkv.pipeline import Pipeline
+from swarmkv import Pipeline
+from swarmkv.llama.owned import Keeper
 
 from support.memory import anon_rss_bytes
 from support.proc import popen, swarmkv_cmd

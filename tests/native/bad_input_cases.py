@@ -8,7 +8,7 @@ happens:
 
 tests/native/test_bad_input_table.py runs every case on the tiny model and checks the kind
 of error (exception class or exit status) and a model-independent part of its message.
-CLI cases call `swarmkv.cli.main` in this process, in the work folder (so messages show
+CLI cases call `swarmkv.cli.app.main` in this process, in the work folder (so messages show
 short paths), with standard input, output and error replaced.
 """
 
@@ -65,7 +65,7 @@ def cli(*args: str, stdin: bytes = b"", model: bool = True) -> Callable[[Work], 
 
 
 def _main(argv: list[str], cwd: Path, stdin: bytes) -> tuple[int, str]:
-    from swarmkv.cli import main
+    from swarmkv.cli.app import main
 
     err, here, old_stdin = io.StringIO(), os.getcwd(), sys.stdin
     sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
@@ -171,7 +171,7 @@ def _close_model_under_a_context(w: Work) -> object:
 
 def _pipeline(branch: dict[str, Any] | None = None, **run: Any) -> Callable[[Work], object]:
     def go(w: Work) -> object:
-        from swarmkv.pipeline import Pipeline
+        from swarmkv import Pipeline
 
         with Pipeline(w.model, n_threads=1) as p:
             p.prefill("doc", text=DOC)
@@ -212,7 +212,7 @@ def _restore_other_settings(w: Work) -> object:
 
 
 def _snapshot_of_another_model(w: Work) -> object:
-    from swarmkv.pipeline import Pipeline
+    from swarmkv import Pipeline
 
     with Pipeline(w.model, n_threads=1) as p:
         return p.prefill("doc", snapshot=_snapshot(w, other_model(w)))
@@ -234,7 +234,7 @@ def _snapshot(w: Work, model: Path | None = None) -> Path:
     model = model or w.model
     path = w.dir / f"{model.stem}.swkv"
     if not path.exists():
-        from swarmkv.pipeline import Pipeline
+        from swarmkv import Pipeline
 
         with Pipeline(model, n_threads=1) as p:
             p.prefill("doc", text=DOC)
@@ -246,7 +246,7 @@ def _snapshot_variant(how: str) -> Callable[[Work], Path]:
     """A snapshot file made bad in one way, from a real one."""
 
     def make(w: Work) -> Path:
-        from swarmkv.snapshot_file import encode, read_header
+        from swarmkv.kv.file import encode, read_header
 
         good = _snapshot(w)
         data = good.read_bytes()
@@ -497,7 +497,7 @@ def markdown(rows: list[tuple[Case, str, str]]) -> str:
 
 
 if __name__ == "__main__":
-    from swarmkv.models import default_model_path
+    from swarmkv.llama.models import default_model_path
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Work(Path(tmp), default_model_path())

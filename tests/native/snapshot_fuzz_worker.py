@@ -55,7 +55,7 @@ from hypothesis import strategies as st
 
 import swarmkv
 from swarmkv import Context, HostBufferPool, KVSnapshot, Model, SwarmKVError
-from swarmkv.snapshot import check_restorable
+from swarmkv.kv.snapshot import check_restorable
 
 from support.decoding import prefill
 

@@ -463,9 +463,9 @@ def test_batch_and_sampler_use_after_close(ctx2: Context) -> None:
 def test_more_threads_than_cpus_warns_once(
     tiny_model: Model, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import swarmkv.context_config
+    import swarmkv.llama.config
 
-    monkeypatch.setattr(swarmkv.context_config, "_warned", set())
+    monkeypatch.setattr(swarmkv.llama.config, "_warned", set())
     too_many = len(os.sched_getaffinity(0)) + 1
     config = ContextConfig(n_ctx=256, n_batch=64, n_threads=too_many)
     with caplog.at_level("WARNING", logger="swarmkv.config"):
@@ -505,7 +505,7 @@ def no_contexts(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_pipeline_input_refused_before_any_context(
     tiny_model: Model, setup: dict[str, Any], run: dict[str, Any], match: str
 ) -> None:
-    from swarmkv.pipeline import Pipeline
+    from swarmkv import Pipeline
 
     with Pipeline(tiny_model, n_threads=1, **setup) as p:
         p.prefill("doc", text=PIPE_DOC)
@@ -517,7 +517,7 @@ def test_pipeline_input_refused_before_any_context(
 
 @pytest.mark.usefixtures("no_contexts")
 def test_more_branches_than_llama_sequences(tiny_model: Model) -> None:
-    from swarmkv.pipeline import Pipeline
+    from swarmkv import Pipeline
 
     with Pipeline(tiny_model, n_threads=1) as p:
         p.prefill("doc", text=PIPE_DOC)
@@ -533,7 +533,7 @@ def test_fork_with_names_like_its_internal_nodes_and_dotted_placeholders(
     """fork mode runs its branches as DAG nodes named wave-N: a document or branch named so
     must not collide with them; `{q1.summary}` is a placeholder (str.format read the dot as
     attribute access)."""
-    from swarmkv.pipeline import Pipeline
+    from swarmkv import Pipeline
 
     with Pipeline(tiny_model, n_threads=1) as p:
         p.prefill("wave-0", text=PIPE_DOC)

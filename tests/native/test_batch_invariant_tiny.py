@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import swarmkv as sk
+from swarmkv import Pipeline
 from swarmkv.errors import ConfigError
-from swarmkv.pipeline import Pipeline
 
 TOKENS = [1] + [100 + (7 * i) % 150 for i in range(95)]
 

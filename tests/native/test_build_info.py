@@ -13,7 +13,7 @@ from pathlib import Path
 
 import swarmkv
 from swarmkv._native import BUILD
-from swarmkv.install_info import ggml_cpu_features, ggml_cpu_has, info, machine_cpu
+from swarmkv.llama.install_info import ggml_cpu_features, ggml_cpu_has, info, machine_cpu
 
 from support.proc import run, stderr_tail, swarmkv_cmd
 

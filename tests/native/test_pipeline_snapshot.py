@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 import swarmkv
-from swarmkv import Context, Model
+from swarmkv import Context, Model, Pipeline
 from swarmkv.errors import ConfigError, SnapshotMismatchError
-from swarmkv.handoff import ForkOptions
-from swarmkv.pipeline import Pipeline
-from swarmkv.results import PipelineResult
+from swarmkv.pipeline.handoff import ForkOptions
+from swarmkv.pipeline.results import PipelineResult
 
 DOC_A = "SwarmKV prefills a shared document once and fans it out to many branches.\n" * 5
 MORE = "Each branch reads it and answers a question of its own.\n" * 3
@@ -103,14 +102,14 @@ def test_a_window_sized_cache_reuses_only_a_whole_snapshot(
 ) -> None:
     """Without every cell kept (swa_full False in the header), dropping a tail is not safe
     on a sliding-window model: nothing is reused, with a warning."""
-    from swarmkv.prefix_source import SnapshotSource
+    from swarmkv.kv.prefix_source import SnapshotSource
 
     header = swarmkv.read_snapshot_header(snap_file)
     source = SnapshotSource(
         header.tokens, header.model_fingerprint, "", {**header.context, "swa_full": False}
     )
     doc = [*header.tokens[:10], 1, 2, 3]
-    with caplog.at_level(logging.WARNING, logger="swarmkv.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="swarmkv.pipeline.builder"):
         assert source.reusable(doc) == 0
     assert "nothing reused" in caplog.text
     assert source.reusable([*header.tokens, 5]) == len(header.tokens)

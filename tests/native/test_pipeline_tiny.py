@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
-import swarmkv
-import swarmkv.fidelity
-from swarmkv import Context, Model
+from swarmkv import Context, Model, Pipeline
 from swarmkv.errors import ConfigError, ContextBudgetError, CycleError, DagError, PipelineError
-from swarmkv.handoff import ForkOptions
-from swarmkv.pipeline import Pipeline
+from swarmkv.pipeline.fidelity import nmse
+from swarmkv.pipeline.handoff import ForkOptions
 
 DOC = "SwarmKV prefills a shared document once and fans it out to many branches. " * 6
 MODES = ("baseline", "host", "fork")
@@ -167,7 +165,7 @@ def test_exact_modes_equal_baseline_on_tiny_model(
         other = p.run(mode="fork" if fork else "host", keep_logits=True)
     for name in prompts:
         assert other[name].tokens == base[name].tokens, name
-        assert swarmkv.fidelity.nmse(other[name].first_logits, base[name].first_logits) == 0.0
+        assert nmse(other[name].first_logits, base[name].first_logits) == 0.0
 
 
 def test_fork_refuses_window_sized_swa_cache_before_native_work(tiny_model: Model) -> None:
@@ -202,7 +200,7 @@ def test_device_mode_equals_baseline_on_tiny_model(tiny_model: Model, packing: s
         dev = p.run(mode="device", keep_logits=True)
     for name in [*prompts, "early"]:
         assert dev[name].tokens == base[name].tokens, name
-        assert swarmkv.fidelity.nmse(dev[name].first_logits, base[name].first_logits) == 0.0
+        assert nmse(dev[name].first_logits, base[name].first_logits) == 0.0
         assert dev[name].restore_ms is not None and dev[name].restore_ms > 0
 
 
@@ -219,4 +217,4 @@ def test_branches_finishing_at_different_steps_stay_exact(tiny_model: Model, mod
     for name in lengths:
         assert got[name].tokens == base[name].tokens, name
         for k, (x, y) in enumerate(zip(got[name].step_logits, base[name].step_logits, strict=True)):
-            assert swarmkv.fidelity.nmse(x, y) == 0.0, f"{name} step {k}"
+            assert nmse(x, y) == 0.0, f"{name} step {k}"

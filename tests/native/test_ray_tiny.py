@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from swarmkv import Pipeline
 from swarmkv.errors import ConfigError, ContextBudgetError, PipelineError
-from swarmkv.interrupt import INTERRUPT, Interrupted
-from swarmkv.model import Model
-from swarmkv.pipeline import Pipeline
+from swarmkv.llama.model import Model
+from swarmkv.process.interrupt import INTERRUPT, Interrupted
 
 from support.proc import python_cmd, run, stderr_tail, swarmkv_cmd
 
@@ -177,7 +177,7 @@ def test_ctrl_c_while_workers_run_ends_the_fan_out(ray_local: None, tiny_model_p
 
         def prefill_then_ctrl_c(**kwargs: object) -> object:
             snap = prefill(**kwargs)  # type: ignore[arg-type]
-            INTERRUPT.set()  # what swarmkv.interrupt's SIGINT handler does
+            INTERRUPT.set()  # what swarmkv.process.interrupt's SIGINT handler does
             return snap
 
         p.snapshot = prefill_then_ctrl_c  # type: ignore[method-assign]
@@ -239,8 +239,9 @@ def test_an_address_ray_cannot_use_is_a_config_error(tiny_model_path: Path, tmp_
 
 def test_importing_swarmkv_never_imports_ray(tmp_path: Path) -> None:
     code = (
-        "import sys, swarmkv, swarmkv.cli, swarmkv.pipeline, swarmkv.swarm, swarmkv.dist\n"
-        "swarmkv.cli.build_parser()\n"
+        "import sys, swarmkv, swarmkv.cli.app, swarmkv.pipeline.builder, swarmkv.swarm\n"
+        "import swarmkv.dist\n"
+        "swarmkv.cli.app.build_parser()\n"
         "print('ray' in sys.modules)"
     )
     out = run(python_cmd("-c", code), cwd=tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from swarmkv import Context, Model
-from swarmkv.handoff.ledger import RunLedger
+from swarmkv.pipeline.handoff.ledger import RunLedger
 
 
 class FakeSnapshot:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import swarmkv
-import swarmkv.snapshot as snapshot_module
+import swarmkv.kv.snapshot as snapshot_module
 from swarmkv import (
     Context,
     HostBufferPool,
@@ -33,7 +33,7 @@ from swarmkv import (
     SnapshotWriteError,
     SwarmKVError,
 )
-from swarmkv.snapshot_file import temp_path
+from swarmkv.kv.file import temp_path
 
 from support.memory import rss_bytes
 from support.proc import last_json_line, python_cmd, run
@@ -185,7 +185,7 @@ _FSIZE_CHILD = """
     import json, os, resource, sys
     import swarmkv
     from swarmkv import Context, HostBufferPool, KVSnapshot, Model, SnapshotWriteError
-    from swarmkv.snapshot_file import encode
+    from swarmkv.kv.file import encode
     from support.decoding import prefill
 
     model_path, folder = sys.argv[1], sys.argv[2]

@@ -31,7 +31,7 @@ import pytest
 
 import swarmkv
 from swarmkv import Context, HostBufferPool, KVSnapshot, Model
-from swarmkv.snapshot_file import temp_path
+from swarmkv.kv.file import temp_path
 
 from support.decoding import prefill
 from support.proc import popen, python_cmd
@@ -58,13 +58,13 @@ def armed(trial: int) -> bool:
 # the loop spends its time where a kill matters (writing, fsync, rename).
 _CHILD = """
 import sys
-import swarmkv.snapshot
+import swarmkv.kv.snapshot
 from swarmkv import HostBufferPool, KVSnapshot
 
 headers, encoded = {}, {}
-header, encode = KVSnapshot.header, swarmkv.snapshot.encode
+header, encode = KVSnapshot.header, swarmkv.kv.snapshot.encode
 KVSnapshot.header = lambda self: headers.setdefault(id(self), header(self))
-swarmkv.snapshot.encode = lambda h: encoded.setdefault(id(h), encode(h))
+swarmkv.kv.snapshot.encode = lambda h: encoded.setdefault(id(h), encode(h))
 
 target, *versions = sys.argv[1:]
 pool = HostBufferPool()

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 import swarmkv
-from swarmkv import Context, HostBufferPool, KVSnapshot, Model
-from swarmkv.owned import Keeper
-from swarmkv.pipeline import Pipeline
+from swarmkv import Context, HostBufferPool, KVSnapshot, Model, Pipeline
+from swarmkv.llama.owned import Keeper
 
 from support.decoding import prefill
 from support.memory import rss_bytes

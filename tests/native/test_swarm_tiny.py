@@ -10,10 +10,9 @@ import time
 
 import pytest
 
-from swarmkv import Model
-from swarmkv.errors import ConfigError, ContextBudgetError
-from swarmkv.pipeline import Pipeline
-from swarmkv.swarm import Swarm, SwarmClosedError
+from swarmkv import Model, Pipeline
+from swarmkv.errors import ClosedError, ConfigError, ContextBudgetError
+from swarmkv.swarm import Swarm
 
 DOCS = {
     "a": "SwarmKV prefills a shared document once and fans it out to many branches.\n" * 5,
@@ -108,10 +107,10 @@ def test_close_fails_what_is_unfinished(tiny_model: Model) -> None:
     for h in hs:
         try:
             h.result(10)
-        except SwarmClosedError as exc:
+        except ClosedError as exc:
             errors.append(exc)
     assert errors  # at least the queued ones; nothing hangs
     assert sw.ctx.closed
     assert not any(t.name == "swarm-scheduler" for t in threading.enumerate())
-    with pytest.raises(ConfigError, match="closed"):
+    with pytest.raises(ClosedError, match="the swarm is closed"):
         sw.submit("a", " hi")

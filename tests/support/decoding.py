@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 import swarmkv as sk
-from swarmkv.batch import Batch, Sampler
-from swarmkv.decoding import chunk_bounds
+from swarmkv.engine.sequence import chunk_bounds
+from swarmkv.llama.batch import Batch, Sampler
 
 
 def prefill(

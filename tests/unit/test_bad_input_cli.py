@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from swarmkv.cli import main, parse_args, spec_from_args
-from swarmkv.cli_output import report_failures
-from swarmkv.dag import Dag, check_seconds
+from swarmkv.checks import check_seconds
+from swarmkv.cli.app import main, parse_args, spec_from_args
+from swarmkv.cli.output import report_failures
 from swarmkv.errors import ConfigError
-from swarmkv.nodes import BranchNode, PrefillNode
-from swarmkv.results import NodeOutcome, PipelineResult
-from swarmkv.sampling import SamplerConfig
-from swarmkv.spec import PipelineSpec
+from swarmkv.llama.sampling import SamplerConfig
+from swarmkv.pipeline.dag import Dag
+from swarmkv.pipeline.nodes import BranchNode, PrefillNode
+from swarmkv.pipeline.results import NodeOutcome, PipelineResult
+from swarmkv.pipeline.spec import PipelineSpec
 
 NO_MODEL = "/nonexistent/model.gguf"
 
@@ -253,9 +254,9 @@ def test_braces_are_literal_except_placeholders(prompt: str, rendered: str) -> N
 def test_a_word_in_braces_that_names_nothing_is_kept_with_one_warning(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("swarmkv.spec._warned", set())
+    monkeypatch.setattr("swarmkv.pipeline.spec._warned", set())
     b = _branch("b", " Answer as {format}:")
-    with caplog.at_level(logging.WARNING, logger="swarmkv.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="swarmkv.pipeline.builder"):
         for _ in range(2):  # the CLI validates a spec when loading it and again to run it
             PipelineSpec(PrefillNode("doc", "D."), (b,)).validate()
     assert caplog.text.count("{format} names no upstream branch") == 1

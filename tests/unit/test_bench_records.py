@@ -149,7 +149,7 @@ def test_record_to_dict_is_strict_json() -> None:
 
 
 def test_fidelity_describe_without_logits() -> None:
-    from swarmkv.fidelity import compare
+    from swarmkv.pipeline.fidelity import compare
 
     assert "n/a" in compare([1, 2], [1, 2]).describe()
     assert "counted as a mismatch" in compare([1, 3], [1, 2]).describe()

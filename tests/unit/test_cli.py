@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from swarmkv.cli import main, parse_args, spec_from_args, unescape
-from swarmkv.cli_output import PrefillBar, format_result
-from swarmkv.demo_command import demo_summary, format_demo
+from swarmkv.cli.app import main, parse_args, spec_from_args, unescape
+from swarmkv.cli.demo import demo_summary, format_demo
+from swarmkv.cli.output import PrefillBar, format_result
 from swarmkv.errors import ConfigError, SnapshotMismatchError
-from swarmkv.pipeline_toml import (
+from swarmkv.pipeline.results import BranchResult, NodeOutcome, PipelineResult
+from swarmkv.pipeline.toml import (
     BranchSpec,
     DocumentSpec,
     PipelineFile,
@@ -24,7 +25,6 @@ from swarmkv.pipeline_toml import (
     check_spec,
     load_pipeline_spec,
 )
-from swarmkv.results import BranchResult, NodeOutcome, PipelineResult
 
 VALID = """\
 [settings]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from swarmkv.dag import Cancelled, Dag, DagResult, Dep, NodeContext, NodeResult
 from swarmkv.errors import CycleError, DagError, PipelineError, SwarmKVError
+from swarmkv.pipeline.dag import Cancelled, Dag, DagResult, Dep, NodeContext, NodeResult
 
 # Every run in these tests is bounded: a scheduling bug fails the test instead of hanging it.
 RUN_TIMEOUT_S = 2.0

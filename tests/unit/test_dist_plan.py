@@ -8,7 +8,7 @@ import pytest
 
 from swarmkv.dist import assign, branch_groups
 from swarmkv.errors import ConfigError
-from swarmkv.nodes import BranchNode
+from swarmkv.pipeline.nodes import BranchNode
 
 
 def node(name: str, *after: str) -> BranchNode:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarmkv.dag import Dag, NodeContext
-from swarmkv.interrupt import INTERRUPT, Interrupted, check, ctrl_c_sets_flag
+from swarmkv.pipeline.dag import Dag, NodeContext
+from swarmkv.process.interrupt import INTERRUPT, Interrupted, check, ctrl_c_sets_flag
 
 
 @pytest.fixture(autouse=True)

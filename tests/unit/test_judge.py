@@ -1,12 +1,13 @@
-"""The fidelity judge (swarmkv.fidelity.compare, measuring.md) on synthetic logits: a real bug
-must be rejected even where the old max-|diff| rule accepted it, a true near-tie accepted."""
+"""The fidelity judge (swarmkv.pipeline.fidelity.compare, measuring.md) on synthetic logits:
+a real bug must be rejected even where the old max-|diff| rule accepted it, a true near-tie
+accepted."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from swarmkv.fidelity import NEAR_TIE_SIGMAS, compare
+from swarmkv.pipeline.fidelity import NEAR_TIE_SIGMAS, compare
 
 VOCAB = 262_144  # Gemma 3's vocabulary
 RNG = np.random.default_rng(0)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from swarmkv.errors import ConfigError, CycleError, DagError
-from swarmkv.nodes import BranchNode, PrefillNode
-from swarmkv.spec import PipelineSpec
+from swarmkv.pipeline.nodes import BranchNode, PrefillNode
+from swarmkv.pipeline.spec import PipelineSpec
 
 DOC = PrefillNode("doc", "A document.")
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from swarmkv.engine.policy import FairShare, Fifo, PriorityAging, make_policy
 from swarmkv.errors import ConfigError
 from swarmkv.swarm.metrics import Percentiles, jain, percentile
-from swarmkv.swarm.policy import FairShare, Fifo, PriorityAging, make_policy
 
 
 @dataclass

@@ -23,21 +23,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..dag import check_seconds
+from ..checks import check_seconds
 from ..errors import ConfigError, PipelineError, SwarmKVError
-from ..interrupt import INTERRUPT
-from ..interrupt import check as check_interrupt
-from ..nodes import BranchNode
-from ..spec import check_sequences
+from ..process.interrupt import INTERRUPT
+from ..process.interrupt import check as check_interrupt
+from ..pipeline.nodes import BranchNode
+from ..pipeline.spec import check_sequences
 from .merge import DriverTimes, LostShare, merge
 from .payload import snapshot_payload
 from .plan import assign
 from .worker import BranchWorker, WorkerReport, WorkerSettings
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline
-    from ..results import PipelineResult
-    from ..snapshot import KVSnapshot
+    from ..pipeline.builder import Pipeline
+    from ..pipeline.results import PipelineResult
+    from ..kv.snapshot import KVSnapshot
 
 log = logging.getLogger("swarmkv.dist")
 
@@ -231,7 +231,7 @@ class RayFanout:
         pending = refs
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            # short waits, so that Ctrl-C (swarmkv.interrupt's flag) is seen within 0.2 s
+            # short waits, so that Ctrl-C (swarmkv.process.interrupt's flag) is seen within 0.2 s
             wait_s = WAIT_SLICE_S if left is None else min(WAIT_SLICE_S, left)
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
             if INTERRUPT.is_set() or (pending and left is not None and left <= wait_s):
@@ -294,7 +294,7 @@ def run_on_ray(
 def _model_for_workers(model_path: str | os.PathLike[str] | None) -> str | None:
     """What each worker loads: None for the default model (found on its own node), else
     an absolute path (checked here for a local file)."""
-    from ..models import default_model_path
+    from ..llama.models import default_model_path
 
     if model_path is None:
         return None
@@ -311,7 +311,7 @@ def _document_snapshot(
 ) -> tuple[KVSnapshot, bool, bool]:
     """(snapshot of the whole document, whether the caller releases it, whether it was
     prefilled here). A snapshot source that holds exactly the document is used as it is."""
-    from ..snapshot import KVSnapshot
+    from ..kv.snapshot import KVSnapshot
 
     doc = pipeline.doc
     assert doc is not None

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..nodes import BranchNode
-from ..results import BranchResult, NodeOutcome, PipelineResult
+from ..pipeline.nodes import BranchNode
+from ..pipeline.results import BranchResult, NodeOutcome, PipelineResult
 from .worker import WorkerReport
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import ConfigError
-from ..nodes import BranchNode
+from ..pipeline.nodes import BranchNode
 
 
 def branch_groups(branches: Sequence[BranchNode]) -> list[list[BranchNode]]:

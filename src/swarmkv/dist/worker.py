@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..concurrency import ConcurrencyPolicy
-from ..context_config import FlashAttn
+from ..pipeline.concurrency import ConcurrencyPolicy
+from ..llama.config import FlashAttn
 from ..errors import SwarmKVError
-from ..model import Model
-from ..models import default_model_path
-from ..modes import ForkOptions
-from ..nodes import BranchNode
-from ..results import NodeOutcome, PipelineResult
+from ..llama.model import Model
+from ..llama.models import default_model_path
+from ..pipeline.modes import ForkOptions
+from ..pipeline.nodes import BranchNode
+from ..pipeline.results import NodeOutcome, PipelineResult
 from .payload import snapshot_from_payload
 
 
@@ -96,7 +96,7 @@ class BranchWorker:
         leaves the get to this method, which times it) and run the branches in mode."""
         import ray  # only ever imported in a worker process that Ray started
 
-        from ..pipeline import Pipeline
+        from ..pipeline.builder import Pipeline
 
         start_unix = time.time()
         t0 = time.perf_counter_ns()

@@ -2,30 +2,32 @@
 
 | module     | what                                                              |
 |------------|-------------------------------------------------------------------|
-| server.py  | Swarm: documents, submit(), stats(), the scheduler thread's owner |
-| engine.py  | the step loop: admission, one llama_batch per step, sampling      |
-| policy.py  | fifo, fair (round robin), priority with aging: plain Python       |
-| work.py    | the records of documents and branches                             |
+| server.py  | Swarm: documents, submit(), stats(), the engine's worker thread   |
 | handle.py  | BranchHandle (future + token stream), SwarmBranchResult           |
 | stats.py   | SwarmStats; metrics.py: percentiles and Jain's index              |
+
+The step loop (admission, one llama_batch per step, sampling) is the engine's
+(engine/core.py), and the policies are in engine/policy.py: the swarm adds a thread, handles
+and statistics.
 """
 
 from __future__ import annotations
 
-from .handle import BranchHandle, SwarmBranchResult, SwarmClosedError
-from .policy import POLICIES, FairShare, Fifo, PriorityAging, make_policy
+from ..engine.policy import POLICIES, FairShare, Fifo, PriorityAging, make_policy
+from ..errors import ClosedError
+from .handle import BranchHandle, SwarmBranchResult
 from .server import Swarm
 from .stats import SwarmStats
 
 __all__ = [
     "POLICIES",
     "BranchHandle",
+    "ClosedError",
     "FairShare",
     "Fifo",
     "PriorityAging",
     "Swarm",
     "SwarmBranchResult",
-    "SwarmClosedError",
     "SwarmStats",
     "make_policy",
 ]

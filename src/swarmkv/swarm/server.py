@@ -7,32 +7,39 @@
             ...
         print(h.result().activation_ms, swarm.stats().to_dict())
 
-One context with a unified KV cache holds every document and branch; a scheduler thread
-(engine.py) packs prompt chunks of newly admitted branches and the next token of every live
-one into one llama_batch per step. A full cache queues new branches instead of failing.
+One context with a unified KV cache holds every document and branch; the engine
+(engine/core.py, packing "mixed") runs on a worker thread and packs prompt chunks of newly
+admitted branches, document chunks and the next token of every live branch into one
+llama_batch per step. A full cache queues new branches instead of failing.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..context import Context
-from ..context_config import LLAMA_MAX_SEQ, ContextConfig
-from ..dag import check_seconds
-from ..errors import ConfigError, ContextBudgetError
-from ..model import Model
-from ..models import default_model_path
-from ..nodes import BranchNode
-from .engine import Engine
-from .handle import BranchHandle
-from .policy import Policy, make_policy
+from ..checks import check_int, check_name, check_seconds
+from ..engine.core import Engine
+from ..engine.options import check_branch, check_document_text, check_priority, read_document
+from ..engine.policy import Policy, make_policy
+from ..engine.sequence import chunk_bounds
+from ..engine.work import Document, Request, SeqIds
+from ..errors import ClosedError, ConfigError, ContextBudgetError, SwarmKVError, TimeoutError
+from ..llama.config import LLAMA_MAX_SEQ, ContextConfig
+from ..llama.context import Context
+from ..llama.model import Model
+from ..llama.models import default_model_path
+from ..llama.sampling import SamplerConfig
+from ..process.threads import Worker, wait_all
+from .handle import BranchHandle, SwarmBranchResult
 from .stats import SwarmStats
-from .work import Branch, DocJob
+
+log = logging.getLogger("swarmkv.swarm")
 
 
 class Swarm:
@@ -56,12 +63,7 @@ class Swarm:
         policy: str | Policy = "fair",
         exact: bool = True,
     ) -> None:
-        n_seq = max_live + max_docs
-        if max_live < 1 or max_docs < 1 or n_seq > LLAMA_MAX_SEQ:
-            raise ConfigError(
-                f"max_live ({max_live}) and max_docs ({max_docs}) must be >= 1 and sum to at "
-                f"most {LLAMA_MAX_SEQ} sequences (llama.cpp's limit)"
-            )
+        self._check_sizes(n_ctx, n_batch, max_live, max_docs)
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self._own_model = not isinstance(model, Model)
         self.model = (
@@ -69,6 +71,7 @@ class Swarm:
             if isinstance(model, Model)
             else Model(model or default_model_path(), repack=not exact)
         )
+        n_seq = max_live + max_docs
         try:
             config = ContextConfig(
                 n_ctx=n_ctx,
@@ -83,14 +86,74 @@ class Swarm:
             self._close_model()
             raise
         self.max_docs = max_docs
-        self._t0 = time.perf_counter_ns()
-        self._engine = Engine(self.ctx, self.policy, n_batch, self._t0, max_docs)
-        self._seq_no = itertools.count()
-        self._thread = threading.Thread(
-            target=self._engine.run, name="swarm-scheduler", daemon=True
+        self.cond = threading.Condition()
+        self._engine = Engine(
+            self.ctx,
+            n_batch=n_batch,
+            packing_name="mixed",
+            policy=self.policy,
+            seq_ids=SeqIds(self.ctx.n_ctx, max_docs, self.ctx.n_seq_max),
+            lock=self.cond,
         )
-        self._thread.start()
+        self._t0 = self._engine.t0_ns
+        self._docs: dict[str, Document] = {}
+        self._finished: list[Request] = []
+        self._seq_no = itertools.count()
         self._closed = False
+        self._stopping = False
+        self._worker = Worker("swarm-scheduler", self._serve)
+
+    @staticmethod
+    def _check_sizes(n_ctx: object, n_batch: object, max_live: object, max_docs: object) -> None:
+        """The swarm's numbers, before any model loads: each named when it is wrong."""
+        check_int("max_live", max_live, lo=1)
+        check_int("max_docs", max_docs, lo=1)
+        check_int("n_batch", n_batch, lo=1)
+        n = check_int("n_ctx", n_ctx, lo=1)
+        assert isinstance(max_live, int) and isinstance(max_docs, int)
+        if max_live + max_docs > LLAMA_MAX_SEQ:
+            raise ConfigError(
+                f"max_live ({max_live}) and max_docs ({max_docs}) must sum to at most "
+                f"{LLAMA_MAX_SEQ} sequences (llama.cpp's limit)"
+            )
+        if n < max_live + 1:
+            raise ConfigError(
+                f"n_ctx={n} is too small: the swarm's cells must hold a document token and a "
+                f"branch's prompt and tokens beside it, for each of max_live={max_live} branches"
+            )
+
+    # -- the scheduler thread -----------------------------------------------------------------
+    def _serve(self) -> None:
+        """Step the engine until close(); every branch left then fails with ClosedError."""
+        eng = self._engine
+        while True:
+            with self.cond:
+                while not self._stopping and not eng.busy:
+                    self.cond.wait()
+                if self._stopping:
+                    break
+            try:
+                eng.step()
+            except Exception as exc:  # outside a decode: no one request is to blame
+                log.exception("swarm step failed; failing the branches it held")
+                eng.abort(SwarmKVError(f"swarm step failed: {exc}"))
+            with self.cond:
+                self.cond.notify_all()
+        eng.abort(ClosedError("the swarm closed before this branch finished"))
+        eng.close()
+
+    def _on_finish(self, req: Request, handle: BranchHandle, doc: str) -> None:
+        st = req.state
+        error = req.error if st is None else st.error
+        with self.cond:
+            if st is not None:
+                self._finished.append(req)
+            self.cond.notify_all()
+        if error is not None:
+            handle._finish(None, error)
+        else:
+            assert st is not None
+            handle._finish(_result_of(req, doc, self._t0), None)
 
     # -- documents ---------------------------------------------------------------------------
     def add_document(
@@ -106,31 +169,36 @@ class Swarm:
         returns its token count. wait=False returns at once (branches queue until it is in).
         """
         check_seconds("timeout_s", timeout_s, zero_ok=True)  # before the document is queued
+        check_name("document name", name)
         if (text is None) == (path is None):
             raise ConfigError(f"document {name!r}: give exactly one of text= or path=")
         if path is not None:
-            from ..nodes import read_document
-
             text = read_document(name, Path(path))
-        assert text is not None
+        text = check_document_text(name, text)
+        self._check_open()
         tokens = self.model.tokenize(text, add_special=True)
-        eng = self._engine
-        with eng.cond:
+        ids = self._engine.seq_ids
+        assert ids is not None
+        with self.cond:
             self._check_open()
-            if name in eng.docs:
+            if name in self._docs:
                 raise ConfigError(f"document {name!r} is already in the swarm")
-            if len(eng.docs) >= self.max_docs:
+            if len(self._docs) >= self.max_docs:
                 raise ConfigError(f"the swarm holds max_docs={self.max_docs} documents already")
-            if not eng.ledger.can_take(len(tokens), "doc"):
+            if not ids.can_take(len(tokens), "doc"):
                 raise ContextBudgetError(
                     f"document {name!r} of {len(tokens)} tokens does not fit: "
-                    f"{eng.ledger.n_ctx - eng.ledger.cells_used} of n_ctx={eng.ledger.n_ctx} "
-                    "cells are free"
+                    f"{ids.n_ctx - ids.cells_used} of n_ctx={ids.n_ctx} cells are free"
                 )
-            eng.docs[name] = DocJob(name, tokens, eng.ledger.take(len(tokens), "doc"))
-            eng.cond.notify_all()
+            seq = ids.take(len(tokens), "doc")
+            doc = Document(name, tokens, seq, chunk_bounds(len(tokens), self._engine.n_batch))
+            self._docs[name] = doc
+            self._engine.add_document(doc)
+            self.cond.notify_all()
         if wait:
-            self._wait(lambda: eng.docs[name].ready, timeout_s, f"document {name!r}")
+            self._wait(lambda: not doc.pending, timeout_s, f"document {name!r}")
+            if doc.error is not None:
+                raise doc.error
         return len(tokens)
 
     # -- branches ----------------------------------------------------------------------------
@@ -151,62 +219,63 @@ class Swarm:
     ) -> BranchHandle:
         """Queue a branch reading document doc; returns its handle at once.
 
-        ConfigError for an unknown document, an empty prompt, n_predict < 1, bad sampler
-        settings, or a branch that could never fit the context.
+        ConfigError for a closed swarm, an unknown document, an empty prompt, n_predict or
+        priority not an integer (n_predict >= 1), bad sampler settings, or a branch that
+        could never fit the context.
         """
+        self._check_open()
         seq_no = next(self._seq_no)
-        label = name or f"q{seq_no}"
-        # the same checks as a pipeline branch's (prompt, n_predict, sampler, stop, UTF-8)
-        node = BranchNode.from_options(
-            label,
-            prompt=prompt,
-            n_predict=n_predict,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            seed=seed,
-            stop=stop,
-        )
-        node.validate()
+        label = f"q{seq_no}" if name is None else name
+        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed)
+        stops = tuple(stop) if not isinstance(stop, str) else (stop,)
+        # the same checks as a pipeline branch's (name, prompt, n_predict, sampler, stop)
+        check_branch(label, prompt, n_predict, sampler, stops)
+        check_priority(label, priority)
         tokens = self.model.tokenize(prompt, add_special=False)
-        eng = self._engine
-        with eng.cond:
+        handle = BranchHandle(label)
+        with self.cond:
             self._check_open()
-            job = eng.docs.get(doc)
+            job = self._docs.get(doc)
             if job is None:
                 raise ConfigError(f"unknown document {doc!r}; add_document() it first")
-            room = eng.ledger.n_ctx - sum(len(d.tokens) for d in eng.docs.values())
+            if job.error is not None:
+                raise SwarmKVError(f"document {doc!r} failed: {job.error}") from job.error
+            ids = self._engine.seq_ids
+            assert ids is not None
+            room = ids.n_ctx - sum(len(d.tokens) for d in self._docs.values())
             if len(tokens) + n_predict > room:
                 raise ContextBudgetError(
                     f"branch {label!r}: {len(tokens)} prompt + {n_predict} tokens exceed the "
-                    f"{room} cells left beside the documents (n_ctx={eng.ledger.n_ctx})"
+                    f"{room} cells left beside the documents (n_ctx={ids.n_ctx})"
                 )
-            handle = BranchHandle(label)
-            arrival = (time.perf_counter_ns() - self._t0) / 1e9
-            eng.waiting.append(
-                Branch(
-                    seq_no,
-                    label,
-                    doc,
-                    tokens,
-                    n_predict,
-                    node.sampler,
-                    node.stop,
-                    priority,
-                    arrival,
-                    handle,
-                )
+            req = Request(
+                label,
+                tokens,
+                n_predict,
+                sampler,
+                len(job.tokens),
+                doc=job,
+                stop=stops,
+                on_token=lambda _n, _t, piece: handle._piece(piece),
+                priority=priority,
+                arrival_s=(time.perf_counter_ns() - self._t0) / 1e9,
+                seq_no=seq_no,
             )
-            eng.cond.notify_all()
+            req.on_finish = lambda r: self._on_finish(r, handle, doc)
+            self._engine.submit(req)
+            self.cond.notify_all()
         return handle
 
     # -- results and lifetime ----------------------------------------------------------------
     def stats(self) -> SwarmStats:
         """Latency percentiles, fairness and throughput over the branches finished so far."""
         eng = self._engine
-        with eng.cond:
-            done = [b.result() for b in eng.finished if b.state and b.state.error is None]
+        with self.cond:
+            done = [
+                _result_of(r, r.doc.name if r.doc else "", self._t0)
+                for r in self._finished
+                if r.state is not None and r.state.error is None
+            ]
         wall_s = (time.perf_counter_ns() - self._t0) / 1e9
         return SwarmStats.of(done, eng.tokens_generated, wall_s, eng.steps, eng.decode_ns / 1e6)
 
@@ -218,30 +287,29 @@ class Swarm:
     def _wait(self, ready: object, timeout_s: float | None, what: str) -> None:
         # a NaN timeout would make Condition.wait return at once, forever: a busy loop
         check_seconds("timeout_s", timeout_s, zero_ok=True)
-        eng = self._engine
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with eng.cond:
+        with self.cond:
             while not ready():  # type: ignore[operator]
                 self._check_open()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"waited {timeout_s} s for {what}")
-                eng.cond.wait(left if left is not None else 0.5)
+                self.cond.wait(left if left is not None else 0.5)
 
     def _check_open(self) -> None:
-        if self._closed or self._engine.stopping:
-            raise ConfigError("the swarm is closed")
+        if self._closed or self._stopping:
+            raise ClosedError("the swarm is closed")
 
     def close(self) -> None:
-        """Stop the scheduler (unfinished branches fail with SwarmClosedError), free the
-        context, and the model if the swarm loaded it. Idempotent."""
+        """Stop the scheduler (unfinished branches fail with ClosedError), free the context,
+        and the model if the swarm loaded it. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        with self._engine.cond:
-            self._engine.stopping = True
-            self._engine.cond.notify_all()
-        self._thread.join()
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        wait_all([self._worker])
         self.ctx.close()
         self._close_model()
 
@@ -254,3 +322,24 @@ class Swarm:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _result_of(req: Request, doc: str, t0_ns: int) -> SwarmBranchResult:
+    """A finished branch's output and latencies (ms from its arrival)."""
+    st = req.state
+    assert st is not None and req.admit_ns is not None
+    first, end = st.span_ns()
+    return SwarmBranchResult(
+        name=req.name,
+        doc=doc,
+        text=st.text,
+        tokens=tuple(st.tokens),
+        stop_reason=st.stop_reason or "error",
+        priority=req.priority,
+        prompt_tokens=len(req.prompt),
+        arrival_s=req.arrival_s,
+        queue_ms=(req.admit_ns - req.arrival_ns) / 1e6,
+        activation_ms=(first - req.arrival_ns) / 1e6,
+        completion_ms=(end - req.arrival_ns) / 1e6,
+        inter_token_ms=req.inter_token_ms(),
+    )

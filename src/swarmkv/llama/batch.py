@@ -1,0 +1,177 @@
+"""Batch (llama_batch with explicit positions and sequence ids) and Sampler (a sampler chain)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._native import ffi, lib
+from ..errors import BatchError, SwarmKVError
+from .owned import Owned
+from .sampling import SamplerConfig
+
+__all__ = ["Batch", "Sampler", "SamplerConfig"]
+
+if TYPE_CHECKING:
+    from .context import Context
+
+
+def _check_int32(what: str, value: object, low: int) -> None:
+    """BatchError unless value is an int in [low, 2**31) (llama.cpp's int32 fields)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise BatchError(f"{what} must be an integer, got {value!r}")
+    if not low <= int(value) < 2**31:
+        raise BatchError(f"{what} {value} is out of range [{low}, 2**31)")
+
+
+class Batch(Owned):
+    """A llama_batch of at most `capacity` tokens, each in up to `n_seq_max` sequences.
+
+    Positions are explicit and absolute. Within one batch a sequence's positions must be
+    consecutive (checked here, as rows are added); Context.decode then checks that each
+    sequence continues where its memory ends.
+    """
+
+    def __init__(self, capacity: int, n_seq_max: int = 1) -> None:
+        if capacity < 1:
+            raise BatchError(f"batch capacity must be >= 1, got {capacity}")
+        if n_seq_max < 1:
+            raise BatchError(f"batch n_seq_max must be >= 1, got {n_seq_max}")
+        self.capacity = capacity
+        self.n_seq_max = n_seq_max
+        raw = lib.llama_batch_init(capacity, 0, n_seq_max)
+        if raw.token == ffi.NULL:
+            raise SwarmKVError(f"llama_batch_init({capacity}) failed")
+        self._raw = raw
+        self._spans: dict[int, list[int]] = {}
+        self._own(lib.llama_batch_free, raw)
+
+    @property
+    def raw(self) -> Any:
+        """The llama_batch struct; raises SwarmKVError once the batch is closed."""
+        return self._live(self._raw)
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of rows (tokens) added since the last clear()."""
+        return int(self._raw.n_tokens)
+
+    def clear(self) -> None:
+        """Empty the batch for reuse: n_tokens = 0 and the sequence spans forgotten."""
+        self.raw.n_tokens = 0
+        self._spans.clear()
+
+    def seq_spans(self) -> dict[int, tuple[int, int]]:
+        """First and last position of each sequence in the batch."""
+        return {s: (span[0], span[1]) for s, span in self._spans.items()}
+
+    def add(self, token: int, pos: int, seq_ids: Sequence[int], logits: bool = False) -> int:
+        """Append one row; returns its index (the i for Context.logits).
+
+        Every argument is checked before anything is written, so a refused row leaves the
+        batch as it was (BatchError naming the value); Context.decode checks token ids
+        against the model's vocabulary.
+        """
+        raw = self.raw
+        i = int(raw.n_tokens)
+        if i >= self.capacity:
+            raise BatchError(f"batch is full ({self.capacity} tokens)")
+        _check_int32("token id", token, 0)
+        _check_int32("position", pos, 0)
+        if not seq_ids or len(seq_ids) > self.n_seq_max:
+            raise BatchError(f"a token needs 1..{self.n_seq_max} seq ids, got {len(seq_ids)}")
+        for s in seq_ids:
+            _check_int32("seq_id", s, 0)
+            span = self._spans.get(s)
+            if span is not None and pos != span[1] + 1:
+                raise BatchError(f"position gap in seq {s}: pos {pos} follows pos {span[1]}")
+        for s in seq_ids:
+            self._track(s, pos)
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = len(seq_ids)
+        for j, s in enumerate(seq_ids):
+            raw.seq_id[i][j] = s
+        raw.logits[i] = 1 if logits else 0
+        raw.n_tokens = i + 1
+        return i
+
+    def tokens(self) -> list[int]:
+        """The token ids of the rows added since the last clear()."""
+        raw = self.raw
+        return [int(raw.token[i]) for i in range(int(raw.n_tokens))]
+
+    def _track(self, seq_id: int, pos: int) -> None:
+        span = self._spans.get(seq_id)
+        if span is None:
+            self._spans[seq_id] = [pos, pos]
+        else:
+            span[1] = pos
+
+    def add_sequence(
+        self, tokens: Iterable[int], pos0: int, seq_id: int, logits_last: bool = True
+    ) -> int:
+        """Append tokens at positions pos0, pos0+1, ... of one sequence; returns the last row."""
+        toks = list(tokens)
+        if not toks:
+            raise BatchError("add_sequence needs at least one token")
+        last = -1
+        for k, tok in enumerate(toks):
+            last = self.add(tok, pos0 + k, (seq_id,), logits_last and k == len(toks) - 1)
+        return last
+
+
+class Sampler(Owned):
+    """A llama sampler chain. One sampler per branch; use from one thread at a time."""
+
+    def __init__(self, config: SamplerConfig | None = None) -> None:
+        self.config = config or SamplerConfig()
+        self.config.validate()
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if chain == ffi.NULL:
+            raise SwarmKVError("llama_sampler_chain_init failed")
+        self._ptr: Any = chain
+        self._own(lib.llama_sampler_free, chain)
+        for stage in self._stages():
+            if stage == ffi.NULL:
+                raise SwarmKVError("a llama_sampler_init_* call failed")
+            lib.llama_sampler_chain_add(chain, stage)  # the chain now owns the stage
+
+    def _stages(self) -> list[Any]:
+        c = self.config
+        if c.greedy:
+            return [lib.llama_sampler_init_greedy()]
+        stages = []
+        if c.top_k is not None:
+            stages.append(lib.llama_sampler_init_top_k(c.top_k))
+        if c.top_p is not None:
+            stages.append(lib.llama_sampler_init_top_p(c.top_p, 1))
+        if c.min_p is not None:
+            stages.append(lib.llama_sampler_init_min_p(c.min_p, 1))
+        stages.append(lib.llama_sampler_init_temp(c.temperature))
+        stages.append(lib.llama_sampler_init_dist(c.seed))
+        return stages
+
+    @property
+    def ptr(self) -> Any:
+        """The llama_sampler chain pointer; raises SwarmKVError once the sampler is closed."""
+        return self._live(self._ptr)
+
+    def sample(self, ctx: Context, i: int) -> int:
+        """Sample from batch row i of ctx's last decode (and accept the token)."""
+        # llama_sampler_sample GGML_ASSERTs (aborts the process) on a row without logits;
+        # ctx.logits raises a Python error for that row instead.
+        ptr = self.ptr  # raises once the sampler is closed, on every path
+        logits = ctx.logits(i)
+        if self.config.greedy:
+            # The greedy sampler keeps no state, and llama_sampler_sample would first build a
+            # candidate array over the whole vocabulary (262k entries on Gemma 3, ~1 ms per
+            # branch and step); argmax picks the same token (the first maximum, as it does).
+            return int(np.argmax(logits))
+        return int(lib.llama_sampler_sample(ptr, ctx.ptr, i))
+
+    def reset(self) -> None:
+        """Reset the state of every stage in the chain (llama_sampler_reset)."""
+        lib.llama_sampler_reset(self.ptr)

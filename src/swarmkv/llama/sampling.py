@@ -1,0 +1,45 @@
+"""Sampling settings and the token callback type: plain data, no native code.
+
+`SamplerConfig` is validated before any sampler chain exists (swarmkv.llama.batch.Sampler builds
+the chain from it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..checks import check_int, check_number
+from ..errors import ConfigError
+
+# on_token(branch name, token id, decoded piece): called once per generated token
+TokenCallback = Callable[[str, int, str], None]
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """temperature == 0 means greedy; otherwise top-k, top-p, min-p, temperature, then dist."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field (types, NaN and infinities included)."""
+        if check_number("temperature", self.temperature) < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and check_int("top_k", self.top_k) < 1:
+            raise ConfigError(f"top_k must be >= 1, got {self.top_k}")
+        for name in ("top_p", "min_p"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= check_number(name, value) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {value}")
+        if not 0 <= check_int("seed", self.seed) < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether sampling is argmax (temperature 0): seed and top-k/p are then unused."""
+        return self.temperature == 0.0
