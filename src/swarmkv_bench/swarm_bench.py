@@ -13,20 +13,22 @@ time over that, for every system.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import queue
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmkv import Batch, Context, ContextConfig, HostBufferPool, Model, capture, restore
-from swarmkv.llama.batch import Sampler
+from swarmkv import Context, ContextConfig, HostBufferPool, Model, capture, restore
+from swarmkv.engine.sequence import chunk_bounds
+from swarmkv.engine.single import decode_branch, prefill
+from swarmkv.engine.work import Request
 from swarmkv.llama.config import default_threads
+from swarmkv.llama.sampling import SamplerConfig
+from swarmkv.process.threads import Worker, wait_all
 from swarmkv.swarm import Swarm, SwarmBranchResult, SwarmStats
 
 from .modes import PEER_PREFIX
@@ -57,79 +59,49 @@ def run_swarm(
 def run_host_lock(
     model: Model, doc: str, arrivals: Sequence[Arrival], threads: int | None
 ) -> SystemRun:
-    """The paper's design: one snapshot, one branch decoded at a time behind a global lock."""
+    """The paper's design: one snapshot, one branch decoded at a time behind a global lock
+    (the library's engine on one sequence, as host mode decodes a branch)."""
     tokens = model.tokenize(doc, add_special=True)
     n_ctx = len(tokens) + 256 + max(a.n_predict for a in arrivals)
     config = ContextConfig(n_ctx=n_ctx, n_batch=512, n_threads=threads, batch_invariant=True)
     todo: queue.SimpleQueue[tuple[Arrival, int] | None] = queue.SimpleQueue()
     results: dict[int, SwarmBranchResult] = {}
-    with HostBufferPool() as pool, Context(model, config) as ctx, Batch(512) as batch:
-        for lo in range(0, len(tokens), 512):
-            batch.clear()
-            batch.add_sequence(tokens[lo : lo + 512], lo, 0, logits_last=False)
-            ctx.decode(batch)
+    with HostBufferPool() as pool, Context(model, config) as ctx:
+        prefill(ctx, tokens, chunk_bounds(len(tokens), config.n_batch))
         with capture(ctx, 0, pool, tuple(tokens)) as snap:
-            worker = threading.Thread(target=_lock_worker, args=(ctx, snap, batch, todo, results))
-            worker.start()
+            worker = Worker("host-lock", lambda: _lock_worker(ctx, snap, todo, results))
             t0 = time.perf_counter()
-            replay(arrivals, lambda a: todo.put((a, time.perf_counter_ns())))
-            todo.put(None)
-            worker.join()
+            try:
+                replay(arrivals, lambda a: todo.put((a, time.perf_counter_ns())))
+            finally:
+                todo.put(None)
+                wait_all([worker])
             wall = time.perf_counter() - t0
     return SystemRun([results[a.index] for a in arrivals], wall)
 
 
-def _lock_worker(
-    ctx: Context, snap: Any, batch: Batch, todo: Any, results: dict[int, SwarmBranchResult]
-) -> None:
+def _lock_worker(ctx: Context, snap: Any, todo: Any, results: dict[int, SwarmBranchResult]) -> None:
     while (item := todo.get()) is not None:
         a, arrival_ns = item
-        results[a.index] = _serve_alone(ctx, snap, batch, a, arrival_ns)
+        results[a.index] = _serve_alone(ctx, snap, a, arrival_ns)
 
 
-def _serve_alone(
-    ctx: Context, snap: Any, batch: Batch, a: Arrival, arrival_ns: int
-) -> SwarmBranchResult:
-    start = time.perf_counter_ns()
+def _serve_alone(ctx: Context, snap: Any, a: Arrival, arrival_ns: int) -> SwarmBranchResult:
     restore(ctx, 0, snap)
-    model = ctx.model
-    prompt = model.tokenize(a.prompt, add_special=False)
-    batch.clear()
-    batch.add_sequence(prompt, snap.n_tokens, 0)
-    ctx.decode(batch)
-    pos, out, stamps, reason = snap.n_tokens + len(prompt), [], [], "length"
-    with Sampler() as sampler:
-        row = batch.n_tokens - 1
-        while True:
-            tok = sampler.sample(ctx, row)
-            stamps.append(time.perf_counter_ns())
-            if model.is_eog(tok):
-                reason = "eog"
-                break
-            out.append(tok)
-            if len(out) >= a.n_predict:
-                break
-            batch.clear()
-            batch.add(tok, pos, (0,), True)
-            pos += 1
-            ctx.decode(batch)
-            row = 0
-    ctx.seq_rm(0)
-    text = b"".join(model.token_to_piece(t) for t in out).decode("utf-8", errors="replace")
-    return SwarmBranchResult(
-        name=a.name,
-        doc="doc",
-        text=text,
-        tokens=tuple(out),
-        stop_reason=reason,
+    prompt = ctx.model.tokenize(a.prompt, add_special=False)
+    req = Request(
+        a.name,
+        prompt,
+        a.n_predict,
+        SamplerConfig(),
+        snap.n_tokens,
+        seq_id=0,
         priority=a.priority,
-        prompt_tokens=len(prompt),
         arrival_s=a.t_s,
-        queue_ms=(start - arrival_ns) / 1e6,
-        activation_ms=(stamps[0] - arrival_ns) / 1e6,
-        completion_ms=(stamps[-1] - arrival_ns) / 1e6,
-        inter_token_ms=tuple((b - x) / 1e6 for x, b in itertools.pairwise(stamps)),
+        arrival_ns=arrival_ns,
     )
+    decode_branch(ctx, req)  # frees seq 0 when the branch ends
+    return SwarmBranchResult.of(req, "doc")
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The tests' one chunked-prefill loop, and greedy continuation at explicit positions."""
+"""The tests' decoding, through the library's engine (engine/single.py): a chunked prefill at
+explicit positions, and greedy continuation with every step's logits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import numpy as np
 
 import swarmkv as sk
 from swarmkv.engine.sequence import chunk_bounds
-from swarmkv.llama.batch import Batch, Sampler
+from swarmkv.engine.single import decode_branch
+from swarmkv.engine.single import prefill as engine_prefill
+from swarmkv.engine.work import Request
+from swarmkv.llama.sampling import SamplerConfig
 
 
 def prefill(
@@ -29,32 +33,25 @@ def prefill(
     """
     n_batch = n_batch or ctx.n_batch
     start = ctx.seq_len(seq_id) if pos0 is None else pos0
-    row = -1
-    with Batch(n_batch, ctx.n_seq_max) as batch:
-        for lo, hi in chunk_bounds(len(tokens), n_batch):
-            batch.clear()
-            last = logits_last and hi == len(tokens)
-            row = batch.add_sequence(list(tokens[lo:hi]), start + lo, seq_id, last)
-            ctx.decode(batch)
-    return row if logits_last else -1
+    bounds = [(lo + start, hi + start) for lo, hi in chunk_bounds(len(tokens), n_batch)]
+    # the engine places token k at position k: the positions before start are never decoded
+    doc = engine_prefill(
+        ctx, [0] * start + list(tokens), bounds, seq_id=seq_id, done=start, logits_last=logits_last
+    )
+    return doc.last_row if logits_last else -1
 
 
 def continue_greedy(
     ctx: sk.Context, seq_id: int, suffix: list[int], pos0: int, n: int = 32
 ) -> tuple[list[int], list[np.ndarray]]:
-    """Decode suffix at pos0.., then greedy-generate n tokens; returns tokens and step logits."""
-    out: list[int] = []
-    logits: list[np.ndarray] = []
-    with Batch(max(len(suffix), 1)) as batch, Sampler() as sampler:
-        batch.add_sequence(suffix, pos0, seq_id, logits_last=True)
-        ctx.decode(batch)
-        pos, row = pos0 + len(suffix), batch.n_tokens - 1
-        for _ in range(n):
-            logits.append(ctx.logits(row).copy())
-            tok = sampler.sample(ctx, row)
-            out.append(tok)
-            batch.clear()
-            row = batch.add(tok, pos, (seq_id,), True)
-            ctx.decode(batch)
-            pos += 1
-    return out, logits
+    """Decode suffix at pos0.., then greedy-generate up to n tokens (fewer at an end of
+    generation); returns the tokens and every step's logits. The sequence's cells are freed
+    at the end, as a finished branch's are."""
+    req = Request("continue", list(suffix), n, SamplerConfig(), pos0, seq_id=seq_id)
+    req.keep_logits = "all"
+    decode_branch(ctx, req)
+    st = req.state
+    assert st is not None
+    if st.error is not None:
+        raise st.error
+    return list(st.tokens), list(st.step_logits)

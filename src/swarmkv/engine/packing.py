@@ -47,8 +47,11 @@ class StepPlan:
 def add_doc(plan: StepPlan, batch: Any, doc: Document, budget: int) -> int:
     """Add up to budget tokens of doc's next span; returns how many."""
     lo, hi = doc.next_span(budget)
+    last = len(doc.tokens) - 1 if doc.logits_last else -1
     for pos in range(lo, hi):
-        batch.add(doc.tokens[pos], pos, (doc.seq_id,), False)
+        row = batch.add(doc.tokens[pos], pos, (doc.seq_id,), pos == last)
+        if pos == last:
+            doc.last_row = row
     if hi > lo:
         plan.docs.append((doc, lo, hi))
         plan.n_tokens += hi - lo

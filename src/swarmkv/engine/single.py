@@ -22,12 +22,15 @@ def prefill(
     done: int = 0,
     on_progress: Callable[[int], None] | None = None,
     check: Callable[[], None] | None = None,
+    logits_last: bool = False,
 ) -> Document:
     """Decode tokens[lo:hi] for each bound at absolute positions on seq_id (tokens before
     `done` are already in the cells); check() runs between chunks. Raises the decode's
-    error if a chunk failed."""
+    error if a chunk failed. logits_last: the last token's logits are kept, in batch row
+    `last_row` of the returned Document (valid until the context's next decode)."""
     end = bounds[-1][1] if bounds else done  # a baseline may stop at a branch's watermark
     doc = Document("prefill", list(tokens[:end]), seq_id, list(bounds), done, on_progress)
+    doc.logits_last = logits_last
     engine = Engine(ctx, packing_name="per_branch")
     try:
         engine.add_document(doc)

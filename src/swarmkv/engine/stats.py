@@ -22,7 +22,7 @@ class DecodeStats:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_prompts(self, ns: int, decodes: int) -> None:
-        """Add one decode_prompts call's time (nanoseconds) and decode count; thread-safe."""
+        """Add prompt decodes' time (nanoseconds) and count; thread-safe."""
         with self._lock:
             self.prompt_ns += ns
             self.prompt_decodes += decodes

@@ -32,6 +32,8 @@ class Document:
     on_progress: Callable[[int], None] | None = None  # after the chunk ending at hi
     error: BaseException | None = None
     decode_ns: int = 0
+    logits_last: bool = False  # keep the logits of the last token (row: last_row)
+    last_row: int = -1
     _next: int = 0  # index of the first bound not fully decoded
 
     @property

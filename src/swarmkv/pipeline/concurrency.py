@@ -1,10 +1,11 @@
 """The one concurrency policy: who may touch which llama object, and how many run at once.
 
 llama.cpp allows one context per thread sharing one model; a context and each sampler must be
-used by one thread at a time. SwarmKV guarantees that structurally: every context is created,
-used and freed inside one DAG node (the fork mode's shared context passes from the prefill
-node to the wave nodes strictly in sequence, by DAG edges), and every sampler belongs to one
-branch. What is left to decide is how many branch contexts may exist and decode at once.
+used by one thread at a time. SwarmKV guarantees that structurally: every host or baseline
+context is created, used and freed inside one DAG node, the fork mode's shared context lives
+in the caller's thread (one engine), the swarm's on its one worker thread, and every sampler
+belongs to one branch. What is left to decide is how many branch contexts may exist and
+decode at once.
 """
 
 from __future__ import annotations

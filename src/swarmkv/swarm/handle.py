@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks import check_seconds
+from ..engine.work import Request
 from ..errors import TimeoutError
 
 
@@ -33,6 +34,27 @@ class SwarmBranchResult:
     activation_ms: float
     completion_ms: float
     inter_token_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    @staticmethod
+    def of(req: Request, doc: str) -> SwarmBranchResult:
+        """A finished engine request's output and latencies (ms from its arrival)."""
+        st = req.state
+        assert st is not None and req.admit_ns is not None
+        first, end = st.span_ns()
+        return SwarmBranchResult(
+            name=req.name,
+            doc=doc,
+            text=st.text,
+            tokens=tuple(st.tokens),
+            stop_reason=st.stop_reason or "error",
+            priority=req.priority,
+            prompt_tokens=len(req.prompt),
+            arrival_s=req.arrival_s,
+            queue_ms=(req.admit_ns - req.arrival_ns) / 1e6,
+            activation_ms=(first - req.arrival_ns) / 1e6,
+            completion_ms=(end - req.arrival_ns) / 1e6,
+            inter_token_ms=req.inter_token_ms(),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""

@@ -153,7 +153,7 @@ class Swarm:
             handle._finish(None, error)
         else:
             assert st is not None
-            handle._finish(_result_of(req, doc, self._t0), None)
+            handle._finish(SwarmBranchResult.of(req, doc), None)
 
     # -- documents ---------------------------------------------------------------------------
     def add_document(
@@ -272,7 +272,7 @@ class Swarm:
         eng = self._engine
         with self.cond:
             done = [
-                _result_of(r, r.doc.name if r.doc else "", self._t0)
+                SwarmBranchResult.of(r, r.doc.name if r.doc else "")
                 for r in self._finished
                 if r.state is not None and r.state.error is None
             ]
@@ -322,24 +322,3 @@ class Swarm:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _result_of(req: Request, doc: str, t0_ns: int) -> SwarmBranchResult:
-    """A finished branch's output and latencies (ms from its arrival)."""
-    st = req.state
-    assert st is not None and req.admit_ns is not None
-    first, end = st.span_ns()
-    return SwarmBranchResult(
-        name=req.name,
-        doc=doc,
-        text=st.text,
-        tokens=tuple(st.tokens),
-        stop_reason=st.stop_reason or "error",
-        priority=req.priority,
-        prompt_tokens=len(req.prompt),
-        arrival_s=req.arrival_s,
-        queue_ms=(req.admit_ns - req.arrival_ns) / 1e6,
-        activation_ms=(first - req.arrival_ns) / 1e6,
-        completion_ms=(end - req.arrival_ns) / 1e6,
-        inter_token_ms=req.inter_token_ms(),
-    )
