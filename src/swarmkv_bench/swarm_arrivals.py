@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmkv.swarm import SwarmBranchResult
+from swarmkv.engine.result import BranchResult
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,6 @@ class SystemRun:
     time from the first release to the last token, and what only this system reports (the
     peers' server counters; empty for the others)."""
 
-    results: list[SwarmBranchResult]
+    results: list[BranchResult]
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)

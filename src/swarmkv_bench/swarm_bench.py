@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from swarmkv import Context, ContextConfig, HostBufferPool, Model, capture, restore
+from swarmkv.engine.result import BranchResult, result_of
 from swarmkv.engine.sequence import chunk_bounds
 from swarmkv.engine.single import decode_branch, prefill
 from swarmkv.engine.work import Request
 from swarmkv.llama.config import default_threads
 from swarmkv.llama.sampling import SamplerConfig
 from swarmkv.process.threads import Worker, wait_all
-from swarmkv.swarm import Swarm, SwarmBranchResult, SwarmStats
+from swarmkv.swarm import Swarm, SwarmStats
 
 from .modes import PEER_PREFIX
 from .peer_server import Setup
@@ -65,7 +66,7 @@ def run_host_lock(
     n_ctx = len(tokens) + 256 + max(a.n_predict for a in arrivals)
     config = ContextConfig(n_ctx=n_ctx, n_batch=512, n_threads=threads, batch_invariant=True)
     todo: queue.SimpleQueue[tuple[Arrival, int] | None] = queue.SimpleQueue()
-    results: dict[int, SwarmBranchResult] = {}
+    results: dict[int, BranchResult] = {}
     with HostBufferPool() as pool, Context(model, config) as ctx:
         prefill(ctx, tokens, chunk_bounds(len(tokens), config.n_batch))
         with capture(ctx, 0, pool, tuple(tokens)) as snap:
@@ -80,13 +81,13 @@ def run_host_lock(
     return SystemRun([results[a.index] for a in arrivals], wall)
 
 
-def _lock_worker(ctx: Context, snap: Any, todo: Any, results: dict[int, SwarmBranchResult]) -> None:
+def _lock_worker(ctx: Context, snap: Any, todo: Any, results: dict[int, BranchResult]) -> None:
     while (item := todo.get()) is not None:
         a, arrival_ns = item
         results[a.index] = _serve_alone(ctx, snap, a, arrival_ns)
 
 
-def _serve_alone(ctx: Context, snap: Any, a: Arrival, arrival_ns: int) -> SwarmBranchResult:
+def _serve_alone(ctx: Context, snap: Any, a: Arrival, arrival_ns: int) -> BranchResult:
     restore(ctx, 0, snap)
     prompt = ctx.model.tokenize(a.prompt, add_special=False)
     req = Request(
@@ -101,7 +102,7 @@ def _serve_alone(ctx: Context, snap: Any, a: Arrival, arrival_ns: int) -> SwarmB
         arrival_ns=arrival_ns,
     )
     decode_branch(ctx, req)  # frees seq 0 when the branch ends
-    return SwarmBranchResult.of(req, "doc")
+    return result_of(req, ready_ns=arrival_ns, t0_ns=arrival_ns, doc="doc")
 
 
 @dataclass

@@ -14,7 +14,7 @@ itself when it first serves a request (the server's prompt cache may let later r
 it), which is how that peer really runs; the server's own counts of evaluated and cached prompt
 tokens are reported beside it.
 
-Per branch, as SwarmBranchResult, in milliseconds from the request going out (its arrival):
+Per branch, as BranchResult, in milliseconds from the request going out (its arrival):
 queue_ms to the response headers, which this server sends when a slot takes the request (it
 starts on the prompt); activation_ms to the first streamed token; completion_ms to the last;
 inter_token_ms between streamed tokens. tokens: the streamed ids less a closing
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swarmkv.engine.result import BranchResult
 from swarmkv.errors import ConfigError
-from swarmkv.swarm import SwarmBranchResult
 
 from .modes import PEER_PREFIX, peer_setups
 from .peer import ms_between, peer_totals
@@ -163,13 +163,13 @@ def warm_document(client: PeerClient, doc: str) -> dict[str, Any]:
     }
 
 
-def branch_result(a: Arrival, run: BranchRun, prompt_tokens: int) -> SwarmBranchResult:
+def branch_result(a: Arrival, run: BranchRun, prompt_tokens: int) -> BranchResult:
     """The request's record, shaped like the swarm's (see the module doc)."""
     failed = run.error is not None or not run.stamps_ns
     tokens = run.tokens[:-1] if run.stop_type == "eos" and run.tokens else run.tokens
     stamps = [] if failed else run.stamps_ns
     reason = f"error: {run.error or 'no token streamed'}" if failed else run.stop_type or "none"
-    return SwarmBranchResult(
+    return BranchResult(
         name=a.name,
         doc="doc",
         text=run.text,

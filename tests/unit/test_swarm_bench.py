@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmkv.swarm import SwarmBranchResult
+from swarmkv.engine.result import BranchResult
 from swarmkv_bench.command import add_parser
 from swarmkv_bench.swarm_arrivals import SystemRun, poisson_arrivals
 from swarmkv_bench.swarm_bench import rate_entry
@@ -30,7 +30,7 @@ def test_arrivals_are_seeded_poisson_with_the_asked_lengths() -> None:
 
 
 def _result(i: int, tokens: tuple[int, ...], completion: float, queue: float = 0.0):
-    return SwarmBranchResult(
+    return BranchResult(
         name=f"a{i}", doc="doc", text="", tokens=tokens, stop_reason="length", priority=0,
         prompt_tokens=3, arrival_s=i * 0.1, queue_ms=queue, activation_ms=completion / 2,
         completion_ms=completion, inter_token_ms=(1.0,),

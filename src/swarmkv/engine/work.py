@@ -13,9 +13,12 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..llama.sampling import SamplerConfig, TokenCallback
-from .sequence import BranchState
+
+if TYPE_CHECKING:
+    from .sequence import BranchState
 
 
 @dataclass(eq=False)

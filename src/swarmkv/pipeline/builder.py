@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..checks import check_seconds
+from ..engine.result import BranchResult, ms
 from ..errors import ConfigError, DagError, PipelineError
 from ..kv.prefix_source import SnapshotSource
 from ..llama.budget import BranchNeed, plan_budget
@@ -34,7 +35,7 @@ from .concurrency import ConcurrencyPolicy
 from .handoff import Handoff, Plan, make_handoff
 from .modes import ForkOptions
 from .nodes import BranchNode, PrefillNode
-from .results import BranchResult, NodeOutcome, PipelineResult, ms
+from .results import NodeOutcome, PipelineResult
 from .spec import PipelineSpec, check_sequences
 
 if TYPE_CHECKING:
@@ -185,21 +186,29 @@ class Pipeline:
         self,
         pool: HostBufferPool | None = None,
         progress: Callable[[int, int], None] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> KVSnapshot:
         """Prefill the document once and capture its KV state (save() it to a `.swkv` file).
 
         The snapshot lives in pool (default: the pipeline's, freed by close()); release() it
         when done. Any pipeline with the same model and context settings can start from it.
+        check() runs between prefill chunks and may raise to stop the prefill (its context is
+        freed, nothing is captured); by default it is process.interrupt.check, so Ctrl-C in a
+        CLI (ctrl_c_sets_flag) stops it with Interrupted, as it stops run().
         """
         if self.doc is None:
             raise ConfigError("the pipeline has no document: call prefill() first")
         from ..engine.snapshot_create import snapshot_tokens
+        from ..process.interrupt import check as check_interrupt
 
         if pool is None:
             if self._pool is None:
                 self._pool = HostBufferPool()
             pool = self._pool
-        return snapshot_tokens(self.model, self.base, self.doc.tokenize(self.model), pool, progress)
+        tokens = self.doc.tokenize(self.model)
+        return snapshot_tokens(
+            self.model, self.base, tokens, pool, progress, check or check_interrupt
+        )
 
     # -- validation -------------------------------------------------------------------------
     def spec(self, mode: str = "fork") -> PipelineSpec:

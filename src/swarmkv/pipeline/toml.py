@@ -46,9 +46,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import check_int
 from ..errors import ConfigError
 from ..kv.file import read_file_header
 from ..llama.budget import GGML_MAX_N_THREADS
+from ..llama.config import INT32_MAX
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
 from .spec import DEFAULT_MODE, PipelineSpec, check_sequences
@@ -266,16 +268,28 @@ def _table(data: Mapping[str, Any], key: str, label: str) -> Mapping[str, Any]:
 
 
 # -- sections -------------------------------------------------------------------------------
-def _positive(where: str, values: dict[str, Any], *keys: str) -> None:
-    for key in keys:
-        if key in values and values[key] < 1:
-            raise ConfigError(f"{where}: {key!r} must be >= 1, got {values[key]}")
+# The [settings] counts and their bounds: each ends in an int32_t of llama.cpp (n_ctx, n_batch,
+# a branch's token count) or in ggml's threads (their limit is check_spec's, with its reason).
+# The branches' own integers are bounded where they are used (BranchNode, SamplerConfig).
+_SETTINGS_COUNTS: dict[str, int | None] = {
+    "ctx_size": INT32_MAX,
+    "threads": None,
+    "n_batch": INT32_MAX,
+    "n_predict": INT32_MAX,
+}
+
+
+def _check_counts(where: str, values: Mapping[str, Any], quote: bool) -> None:
+    """ConfigError naming the first [settings] count that is not in [1, its bound]."""
+    for key, hi in _SETTINGS_COUNTS.items():
+        if values.get(key) is not None:
+            check_int(f"{where}{key!r}" if quote else f"{where}{key}", values[key], lo=1, hi=hi)
 
 
 def _settings(data: Mapping[str, Any], base_dir: Path, label: str) -> Settings:
     where = f"{label}[settings]"
     values = _checked(_table(data, "settings", label), where, _SETTINGS_KEYS)
-    _positive(where, values, "ctx_size", "threads", "n_batch", "n_predict")
+    _check_counts(f"{where}: ", values, quote=True)
     if "mode" in values and values["mode"] not in MODES:
         raise ConfigError(
             f"{where}: mode must be one of {', '.join(MODES)}, got {values['mode']!r}"
@@ -361,7 +375,9 @@ def load_pipeline_spec(path: str | Path) -> PipelineFile:
     except OSError as exc:
         raise ConfigError(f"cannot read pipeline file {p}: {exc.strerror or exc}") from exc
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        # utf-8-sig: a leading byte-order mark (as some editors save UTF-8) is dropped, where
+        # tomllib would refuse it as an "Invalid statement"; one anywhere else stays an error
+        data = tomllib.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
     return parse_pipeline_spec(data, p.resolve().parent, source=p)
@@ -374,9 +390,11 @@ def check_spec(spec: PipelineFile) -> None:
     PipelineSpec.validate() that Pipeline.run calls. Run again after merging command-line
     settings: they can change n_predict or the mode.
     """
+    label = f"{spec.source}: " if spec.source is not None else ""
+    # command-line values merged in are checked here, those of a file already by _settings
+    _check_counts(label, {f.name: getattr(spec.settings, f.name) for f in fields(Settings)}, False)
     threads = spec.settings.threads
     if threads is not None and threads > GGML_MAX_N_THREADS:
-        label = f"{spec.source}: " if spec.source is not None else ""
         raise ConfigError(
             f"{label}threads must be at most {GGML_MAX_N_THREADS} (ggml's limit), got {threads}"
         )

@@ -3,7 +3,7 @@
 | module     | what                                                              |
 |------------|-------------------------------------------------------------------|
 | server.py  | Swarm: documents, submit(), stats(), the engine's worker thread   |
-| handle.py  | BranchHandle (future + token stream), SwarmBranchResult           |
+| handle.py  | BranchHandle: a future of the branch's BranchResult + its tokens  |
 | stats.py   | SwarmStats; metrics.py: percentiles and Jain's index              |
 
 The step loop (admission, one llama_batch per step, sampling) is the engine's
@@ -14,20 +14,21 @@ and statistics.
 from __future__ import annotations
 
 from ..engine.policy import POLICIES, FairShare, Fifo, PriorityAging, make_policy
+from ..engine.result import BranchResult
 from ..errors import ClosedError
-from .handle import BranchHandle, SwarmBranchResult
+from .handle import BranchHandle
 from .server import Swarm
 from .stats import SwarmStats
 
 __all__ = [
     "POLICIES",
     "BranchHandle",
+    "BranchResult",
     "ClosedError",
     "FairShare",
     "Fifo",
     "PriorityAging",
     "Swarm",
-    "SwarmBranchResult",
     "SwarmStats",
     "make_policy",
 ]

@@ -27,6 +27,7 @@ from ..checks import check_int, check_name, check_seconds
 from ..engine.core import Engine
 from ..engine.options import check_branch, check_document_text, check_priority, read_document
 from ..engine.policy import Policy, make_policy
+from ..engine.result import BranchResult, result_of
 from ..engine.sequence import chunk_bounds
 from ..engine.work import Document, Request, SeqIds
 from ..errors import ClosedError, ConfigError, ContextBudgetError, SwarmKVError, TimeoutError
@@ -36,7 +37,7 @@ from ..llama.model import Model
 from ..llama.models import default_model_path
 from ..llama.sampling import SamplerConfig
 from ..process.threads import Worker, wait_all
-from .handle import BranchHandle, SwarmBranchResult
+from .handle import BranchHandle
 from .stats import SwarmStats
 
 log = logging.getLogger("swarmkv.swarm")
@@ -153,7 +154,12 @@ class Swarm:
             handle._finish(None, error)
         else:
             assert st is not None
-            handle._finish(SwarmBranchResult.of(req, doc), None)
+            handle._finish(self._result(req, doc), None)
+
+    def _result(self, req: Request, doc: str) -> BranchResult:
+        """A finished branch's result: activation and completion from its arrival, first
+        token and end from the swarm's start."""
+        return result_of(req, ready_ns=req.arrival_ns, t0_ns=self._t0, doc=doc)
 
     # -- documents ---------------------------------------------------------------------------
     def add_document(
@@ -272,7 +278,7 @@ class Swarm:
         eng = self._engine
         with self.cond:
             done = [
-                SwarmBranchResult.of(r, r.doc.name if r.doc else "")
+                self._result(r, r.doc.name if r.doc else "")
                 for r in self._finished
                 if r.state is not None and r.state.error is None
             ]

@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .handle import SwarmBranchResult
+from ..engine.result import BranchResult
 from .metrics import Percentiles, jain
 
-AloneMs = Callable[[SwarmBranchResult], float]
+AloneMs = Callable[[BranchResult], float]
 
 
-def per_token_ms(r: SwarmBranchResult) -> float:
+def per_token_ms(r: BranchResult) -> float:
     """The default slowdown basis: completion time per generated token (service rate)."""
     return r.completion_ms / max(len(r.tokens), 1)
 
@@ -42,7 +42,7 @@ class SwarmStats:
 
     @staticmethod
     def of(
-        results: Sequence[SwarmBranchResult],
+        results: Sequence[BranchResult],
         tokens: int,
         wall_s: float,
         steps: int = 0,

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...engine.sequence import BranchState, chunk_bounds
+from ...engine.result import result_of as branch_result
+from ...engine.sequence import chunk_bounds
 from ...engine.single import decode_branch
 from ...engine.stats import DecodeStats
 from ...engine.work import Document, Request
@@ -32,7 +33,7 @@ from ..concurrency import ConcurrencyPolicy
 from ..dag import Dag, DagResult, Dep, NodeContext
 from ..modes import ForkOptions
 from ..nodes import BranchNode, PrefillNode
-from ..results import BranchResult, NodeOutcome, ms
+from ..results import BranchResult, NodeOutcome
 from .ledger import RunLedger
 
 
@@ -179,34 +180,12 @@ class Plan:
 
 
 def result_of(
-    plan: Plan,
-    b: BranchNode,
-    st: BranchState,
-    t_ready_ns: int,
-    t_decode_ns: int,
-    **timings: float | None,
+    plan: Plan, b: BranchNode, req: Request, ready_ns: int, **timings: Any
 ) -> BranchResult:
-    """Raise the branch's own error, else package its output and timings."""
-    if st.error is not None:
-        raise st.error
-    first, end = st.span_ns()
-    return BranchResult(
-        name=b.name,
-        prompt=b.prompt,
-        text=st.text,
-        tokens=tuple(st.tokens),
-        stop_reason=st.stop_reason or "error",
-        prefix_tokens=plan.prefix_len(b),
-        prompt_tokens=len(st.prompt_tokens),
-        activation_ms=ms(first - t_ready_ns),
-        decode_ms=ms(end - t_decode_ns),
-        first_token_ms=ms(first - plan.t0_ns),
-        end_ms=ms(end - plan.t0_ns),
-        step_logits=tuple(st.step_logits),
-        restore_ms=timings.get("restore_ms"),
-        fork_copy_ms=timings.get("fork_copy_ms"),
-        prefill_ms=timings.get("prefill_ms"),
-        wait_ms=timings.get("wait_ms"),
+    """Raise the branch's own error, else its BranchResult (engine.result.result_of): times
+    from ready_ns (when it could start) and from the run's start; timings: restore_ms, ..."""
+    return branch_result(
+        req, ready_ns=ready_ns, t0_ns=plan.t0_ns, doc=plan.doc.name, prompt=b.prompt, **timings
     )
 
 
@@ -227,9 +206,7 @@ def prefix_input(plan: Plan, b: BranchNode, inputs: dict[str, Any]) -> Any:
     )
 
 
-def run_branch(plan: Plan, ctx: Context, req: Request, nctx: NodeContext) -> BranchState:
+def run_branch(plan: Plan, ctx: Context, req: Request, nctx: NodeContext) -> Request:
     """Decode one branch whose prefix is in its sequence, in a context of its own (host,
     baseline); cancellation is checked between decodes, never inside one."""
-    decode_branch(ctx, req, stats=plan.stats, check=nctx.check_cancelled)
-    assert req.state is not None
-    return req.state
+    return decode_branch(ctx, req, stats=plan.stats, check=nctx.check_cancelled)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import time
 
+from ...engine.result import BranchResult, ms
 from ...engine.single import prefill
 from ..dag import Dag, NodeContext
 from ..nodes import BranchNode
-from ..results import BranchResult, ms
 from .base import Handoff, Plan, result_of, run_branch
 
 
@@ -46,6 +46,5 @@ def _baseline_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResu
             prefill_ns = time.perf_counter_ns() - t
             plan.ledger.prefill_done(prefill_ns)
             req = plan.request(b, 0, nctx.inputs)
-            t_dec = time.perf_counter_ns()
-            st = run_branch(plan, ctx, req, nctx)
-    return result_of(plan, b, st, ready, t_dec, prefill_ms=ms(prefill_ns))
+            run_branch(plan, ctx, req, nctx)
+    return result_of(plan, b, req, ready, prefill_ms=ms(prefill_ns))

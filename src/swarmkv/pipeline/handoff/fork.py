@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ...checks import check_seconds
 from ...engine.core import Engine
+from ...engine.result import BranchResult, ms
 from ...engine.work import Document, Request
 from ...errors import ConfigError
 from ...llama.config import ContextConfig
@@ -25,7 +26,7 @@ from ...process.interrupt import INTERRUPT, Interrupted
 from ..dag import Cancelled, Dag
 from ..modes import ForkOptions
 from ..nodes import BranchNode
-from ..results import BranchResult, NodeOutcome, ms
+from ..results import NodeOutcome
 from .base import Handoff, Plan, result_of
 
 
@@ -211,16 +212,11 @@ class _ForkRun:
         st = req.state
         error = req.error if st is None else st.error
         if error is None:
-            assert st is not None and req.admit_ns is not None
             w = self.plan.prefix_len(b)
             ledger = self.plan.ledger
+            shared = ms(ledger.share_ns(w))
             self.results[b.name] = result_of(
-                self.plan,
-                b,
-                st,
-                ledger.ready_ns(w),
-                req.admit_ns,
-                restore_ms=ms(ledger.share_ns(w)),
+                self.plan, b, req, ledger.ready_ns(w), restore_ms=shared
             )
             self.outcomes[b.name] = NodeOutcome(b.name, "ok")
         elif isinstance(error, Cancelled):

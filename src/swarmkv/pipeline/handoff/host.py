@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import time
 
+from ...engine.result import BranchResult, ms
 from ...engine.single import prefill
 from ...kv.snapshot import KVSnapshot, capture, restore
 from ...llama.budget import DEFAULT_HEADROOM, round_ctx
 from ..dag import Dag, NodeContext
 from ..nodes import BranchNode
-from ..results import BranchResult, ms
 from .base import Handoff, Plan, deps, prefix_input, result_of, run_branch
 
 
@@ -83,11 +83,10 @@ def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
             with plan.context(plan.n_ctx) as ctx:
                 restore_ms = restore(ctx, 0, own)
                 req = plan.request(b, 0, nctx.inputs)
-                t_dec = time.perf_counter_ns()
-                st = run_branch(plan, ctx, req, nctx)
+                run_branch(plan, ctx, req, nctx)
         finally:
             if own is not snap:
                 own.release()
     return result_of(
-        plan, b, st, ready, t_dec, restore_ms=restore_ms, fork_copy_ms=copy_ms, wait_ms=wait_ms
+        plan, b, req, ready, restore_ms=restore_ms, fork_copy_ms=copy_ms, wait_ms=wait_ms
     )
