@@ -194,3 +194,19 @@ def test_256_host_branches_run_on_a_bounded_number_of_threads(tiny_model: Model)
     assert len(res.branches) == 256
     # the prefill and max_contexts branches at once, plus one thread ending as the next starts
     assert peak["n"] - base <= 2 + 1 + 1, peak["n"] - base
+
+
+def test_a_wait_that_times_out_raises_swarmkvs_timeout_error(tiny_model: Model) -> None:
+    """One TimeoutError for every wait: a SwarmKVError, and still a builtin TimeoutError."""
+    import builtins
+
+    from swarmkv.errors import TimeoutError as SwarmTimeout
+
+    with Swarm(tiny_model, n_ctx=1024, max_live=2, n_threads=1) as sw:
+        sw.add_document("a", text=DOC_A)
+        h = sw.submit("a", " a long answer", n_predict=200)
+        with pytest.raises(SwarmTimeout, match="not finished after 0 s") as got:
+            h.result(0)
+        assert isinstance(got.value, SwarmKVError) and isinstance(got.value, builtins.TimeoutError)
+        with pytest.raises(SwarmTimeout, match="the swarm to drain"):
+            sw.drain(0)

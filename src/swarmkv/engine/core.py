@@ -34,6 +34,19 @@ from .work import Document, Request, SeqIds
 log = logging.getLogger("swarmkv.engine")
 
 
+def share_prefix(ctx: Any, src: int, seqs: list[int], w: int, *, whole_stream: bool = False) -> int:
+    """Zero-copy fork: each sequence in seqs joins the first w cells of src
+    (llama_memory_seq_cp); whole_stream copies src's whole stream (one KV stream per
+    sequence: src must hold exactly w tokens now). Returns the ns per sequence."""
+    t = time.perf_counter_ns()
+    for s in seqs:
+        if whole_stream:
+            ctx.seq_cp(src, s)
+        else:
+            ctx.seq_cp(src, s, 0, w)
+    return (time.perf_counter_ns() - t) // max(len(seqs), 1)
+
+
 class DecodeFailed(SwarmKVError):
     """A llama_decode that held this document's or request's rows failed."""
 
@@ -157,7 +170,7 @@ class Engine:
                 req.seq_id = self.seq_ids.take(req.cells)
                 req.own_seq = True
                 assert req.doc is not None
-                self.ctx.seq_cp(req.doc.seq_id, req.seq_id, 0, req.prefix_len)
+                share_prefix(self.ctx, req.doc.seq_id, [req.seq_id], req.prefix_len)
             self._start(req)
 
     def _start(self, req: Request) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ...checks import check_seconds
 from ...engine.core import Engine
+from ...engine.core import share_prefix as engine_share
 from ...engine.result import BranchResult, ms
 from ...engine.work import Document, Request
 from ...errors import ConfigError
@@ -92,14 +93,10 @@ Share = Callable[[Plan, Context, list[int], int], None]
 
 
 def share_prefix(plan: Plan, ctx: Context, seqs: list[int], w: int) -> None:
-    """Zero-copy fork: the branch sequences join the first w prefix cells (llama_memory_seq_cp)."""
-    t = time.perf_counter_ns()
-    for s in seqs:
-        if plan.fork.layout == "streams":  # stream 0 holds exactly w tokens right now
-            ctx.seq_cp(0, s)
-        else:
-            ctx.seq_cp(0, s, 0, w)
-    plan.ledger.prefix_ready(w, share_ns=(time.perf_counter_ns() - t) // max(len(seqs), 1))
+    """Zero-copy fork at a watermark: the branch sequences join the first w prefix cells
+    (the engine's share_prefix; streams: stream 0 holds exactly w tokens right now)."""
+    per_seq = engine_share(ctx, 0, seqs, w, whole_stream=plan.fork.layout == "streams")
+    plan.ledger.prefix_ready(w, share_ns=per_seq)
 
 
 @dataclass
