@@ -70,7 +70,8 @@ class Engine:
         make_sampler: Any = None,
     ) -> None:
         self.ctx = ctx
-        self.n_batch = n_batch or ctx.n_batch
+        # llama.cpp clamps a context's n_batch to its n_ctx: never ask for more rows than that
+        self.n_batch = min(n_batch or ctx.n_batch, ctx.n_batch)
         self.compose = packing(packing_name)
         self.policy: Policy = policy or Fifo()
         self.stats = stats

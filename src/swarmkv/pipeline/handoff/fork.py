@@ -78,9 +78,13 @@ class ForkHandoff(Handoff):
     ) -> tuple[dict[str, NodeOutcome], dict[str, BranchResult]]:
         """Run the document and every branch on one engine in this thread."""
         check_seconds("timeout_s", timeout_s)
-        run = _ForkRun(plan, self, _Stop(timeout_s, cancel))
-        self._ctx = run.ctx
-        return run.execute()
+        n_seq = len(plan.branches) + 1
+        if self.options.layout == "streams":  # each stream as large as a baseline context
+            ctx = plan.context(plan.n_ctx * n_seq, n_seq_max=n_seq, kv_unified=False)
+        else:
+            ctx = plan.context(plan.n_ctx, n_seq_max=n_seq, kv_unified=True)
+        self._ctx = ctx  # closed by close(), whatever happens next
+        return _ForkRun(plan, self, _Stop(timeout_s, cancel), ctx).execute()
 
     def close(self) -> None:
         """Close the shared context, if execute() made one."""
@@ -126,13 +130,8 @@ class _Stop:
 class _ForkRun:
     """One fork run: the context, the engine, and each branch's outcome as it settles."""
 
-    def __init__(self, plan: Plan, mode: ForkHandoff, stop: _Stop) -> None:
-        self.plan, self.mode, self.stop = plan, mode, stop
-        n_seq = len(plan.branches) + 1
-        if mode.options.layout == "streams":  # each stream as large as a baseline context
-            self.ctx = plan.context(plan.n_ctx * n_seq, n_seq_max=n_seq, kv_unified=False)
-        else:
-            self.ctx = plan.context(plan.n_ctx, n_seq_max=n_seq, kv_unified=True)
+    def __init__(self, plan: Plan, mode: ForkHandoff, stop: _Stop, ctx: Context) -> None:
+        self.plan, self.mode, self.stop, self.ctx = plan, mode, stop, ctx
         self.seq_of = {b.name: i + 1 for i, b in enumerate(plan.branches)}
         self.by_cut: dict[int, list[int]] = {}
         for b in plan.branches:
