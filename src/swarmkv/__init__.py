@@ -41,6 +41,7 @@ from .errors import (
     SnapshotMismatchError,
     SnapshotWriteError,
     SwarmKVError,
+    SwarmKVWarning,
     TimeoutError,
 )
 from .kv.file import SnapshotHeader
@@ -122,6 +123,7 @@ __all__ = [
     "SnapshotWriteError",
     "Swarm",
     "SwarmKVError",
+    "SwarmKVWarning",
     "TimeoutError",
     "capture",
     "default_model_path",

@@ -51,7 +51,9 @@ class SnapshotWriteError(SwarmKVError):
 
 
 class PoolError(SwarmKVError):
-    """The host buffer pool could not allocate, or was used after close."""
+    """The host buffer pool's bookkeeping refused an operation (a buffer released twice, a
+    state too large for host memory); allocation failures are InitError, use after close
+    ClosedError."""
 
 
 class DagError(ConfigError):
@@ -85,3 +87,10 @@ class TimeoutError(SwarmKVError, builtins.TimeoutError):
 class InitError(SwarmKVError):
     """llama.cpp could not create a native object (a batch, a sampler chain, a buffer):
     llama_batch_init, llama_sampler_chain_init or an allocation returned NULL."""
+
+
+class SwarmKVWarning(UserWarning):
+    """A warning SwarmKV gives through `warnings.warn`: something that runs, but likely not as
+    meant (more threads than CPUs, a prompt's {word} kept as literal text). Python's warnings
+    filter shows each message once per place by default; filter on this class to silence or
+    raise them."""

@@ -5,14 +5,82 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from swarmkv.checks import check_int, check_number
+from swarmkv.engine.options import read_document
 from swarmkv.errors import ConfigError
+from swarmkv.llama.budget import GGML_MAX_N_THREADS
+from swarmkv.llama.config import INT32_MAX, LLAMA_MAX_SEQ
 
 from .modes import PEER_PREFIX, PEERS, peer_setups
 from .workload import BenchConfig
 
 PAPER_DOC_TOKENS = 3501
+
+
+# -- option types: every number is checked here, so a bad one exits 2 before any work ------
+# argparse names the option: "argument --trials: value must be >= 1, got 0". The checks are
+# swarmkv.checks', the one validation of user numbers.
+def _refused(exc: ConfigError) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(str(exc))
+
+
+def count(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        try:
+            return check_int("value", value, lo=lo, hi=hi)
+        except ConfigError as exc:
+            raise _refused(exc) from None
+
+    return parse
+
+
+def counts(text: str) -> list[int]:
+    """An argparse type: a comma list of integers >= 1 (1,2,4,8), one at least."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}")
+    try:
+        return [check_int("value", v, lo=1) for v in values]
+    except ConfigError as exc:
+        raise _refused(exc) from None
+
+
+def rates(text: str) -> list[float]:
+    """An argparse type: a comma list of finite numbers > 0 (arrivals per second)."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"not a comma list of numbers: {text!r}")
+    for v in values:
+        try:
+            check_number("value", v)
+        except ConfigError as exc:
+            raise _refused(exc) from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"value must be > 0, got {v:g}")
+    return values
+
+
+def n_range(text: str) -> tuple[int, int]:
+    """An argparse type: MIN,MAX, integers with 1 <= MIN <= MAX."""
+    values = counts(text)
+    if len(values) != 2 or values[0] > values[1]:
+        raise argparse.ArgumentTypeError(f"give MIN,MAX with MIN <= MAX, got {text!r}")
+    return values[0], values[1]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -24,8 +92,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="the paper's setup: 3501-token fox document, 2 branches, n_ctx 4096, "
         "16 generated tokens, 3 trials + warm-up",
     )
-    p.add_argument("--branches", default="2", help="comma list of branch counts, e.g. 1,2,4,8")
-    p.add_argument("--doc-tokens", default=str(PAPER_DOC_TOKENS), help="comma list of sizes")
+    p.add_argument(
+        "--branches", type=counts, default="2", help="comma list of branch counts, e.g. 1,2,4,8"
+    )
+    p.add_argument(
+        "--doc-tokens", type=counts, default=str(PAPER_DOC_TOKENS), help="comma list of sizes"
+    )
     p.add_argument(
         "--modes",
         default="baseline,host,fork,fork+inv",
@@ -40,12 +112,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "server-npN+inv (its batch-invariant kernels: judged strictly against baseline+inv); "
         "every peer's reference baseline joins the run",
     )
-    p.add_argument("-n", "--n-predict", type=int, default=32)
-    p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("-n", "--n-predict", type=count(1), default=32)
+    p.add_argument("--trials", type=count(1), default=3)
+    p.add_argument("--warmup", type=count(0), default=1)
     p.add_argument(
         "--reference-trials",
-        type=int,
+        type=count(1),
         default=None,
         metavar="K",
         help="run the baselines in only the first K measured trials, without warm-up (the "
@@ -54,8 +126,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     )
     p.add_argument("--doc", type=Path, default=None, help="a real text file instead of the fox")
     p.add_argument("-m", "--model", type=Path, default=None)
-    p.add_argument("-t", "--threads", type=int, default=None)
-    p.add_argument("-c", "--ctx-size", type=int, default=None)
+    p.add_argument("-t", "--threads", type=count(1, GGML_MAX_N_THREADS), default=None)
+    p.add_argument("-c", "--ctx-size", type=count(1, INT32_MAX), default=None)
     p.add_argument(
         "--peers",
         nargs="?",
@@ -88,12 +160,19 @@ def _add_swarm_options(p: argparse.ArgumentParser) -> None:
         "global lock and llama-server (--peers); writes swarm.json, swarm.csv, "
         "swarm_report.md and plots",
     )
-    g.add_argument("--rates", default="2", help="comma list of arrival rates (per second)")
-    g.add_argument("--agents", type=int, default=50, help="agents per rate (default 50)")
-    g.add_argument("--n-range", default="32,32", help="n_predict drawn uniformly: MIN,MAX")
+    g.add_argument(
+        "--rates", type=rates, default="2", help="comma list of arrival rates (per second)"
+    )
+    g.add_argument("--agents", type=count(1), default=50, help="agents per rate (default 50)")
+    g.add_argument(
+        "--n-range", type=n_range, default="32,32", help="n_predict drawn uniformly: MIN,MAX"
+    )
     g.add_argument("--policies", default="fifo,fair,priority", help="swarm policies to run")
-    g.add_argument("--max-live", type=int, default=16, help="live branches at most")
-    g.add_argument("--seed", type=int, default=0, help="seed of the arrivals")
+    # the swarm keeps one document resident beside the live branches: 256 sequences in all
+    g.add_argument(
+        "--max-live", type=count(1, LLAMA_MAX_SEQ - 1), default=16, help="live branches at most"
+    )
+    g.add_argument("--seed", type=count(0), default=0, help="seed of the arrivals")
 
 
 def run_swarm(args: argparse.Namespace) -> int:
@@ -106,28 +185,23 @@ def run_swarm(args: argparse.Namespace) -> int:
     from .swarm_peers import select_peers
     from .swarm_report import format_value, target_status, targets
 
-    rates = tuple(float(r) for r in args.rates.split(",") if r)
-    n_range = _ints(args.n_range, "n-range")
-    if len(n_range) != 2:
-        raise ConfigError(f"--n-range: give MIN,MAX, got {args.n_range!r}")
-    n_min, n_max = n_range
+    # the numbers were checked by argparse (the option types above)
+    n_min, n_max = args.n_range
     policies = tuple(p for p in args.policies.split(",") if p)
     for p in policies:
         make_policy(p)  # ConfigError naming the choices
-    if not rates or min(rates) <= 0 or args.agents < 1 or not 1 <= n_min <= n_max:
-        raise ConfigError("--swarm needs rates > 0, --agents >= 1 and 1 <= MIN <= MAX in --n-range")
     peer_bin = find_llama_server()
     peers = select_peers(args.peers, peer_bin)  # ConfigError before the model loads
     opts = SwarmBenchOptions(
         model_path=args.model or default_model_path(),
-        rates=rates,
+        rates=tuple(args.rates),
         agents=args.agents,
         n_min=n_min,
         n_max=n_max,
         seed=args.seed,
         policies=policies,
         max_live=args.max_live,
-        doc_tokens=_ints(args.doc_tokens, "doc-tokens")[0],
+        doc_tokens=args.doc_tokens[0],
         threads=args.threads,
         out_dir=args.out,
         command=shlex.join(["swarmkv", *sys.argv[1:]]),
@@ -143,28 +217,12 @@ def run_swarm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"--{what}: expected a comma list of integers, got {text!r}") from exc
-    if not values or min(values) < 1:
-        raise ConfigError(f"--{what}: values must be >= 1, got {text!r}")
-    return values
-
-
 def configs_of(args: argparse.Namespace) -> tuple[BenchConfig, ...]:
-    """The configs the arguments ask for: the paper's one, else each doc-tokens x branches pair.
-
-    ConfigError when --branches or --doc-tokens is not a comma list of integers >= 1.
-    """
+    """The configs the arguments ask for: the paper's one, else each doc-tokens x branches pair
+    (lists of integers >= 1, as the option types parse them)."""
     if args.paper:
         return (BenchConfig(2, PAPER_DOC_TOKENS, 16),)
-    return tuple(
-        BenchConfig(n, d, args.n_predict)
-        for d in _ints(args.doc_tokens, "doc-tokens")
-        for n in _ints(args.branches, "branches")
-    )
+    return tuple(BenchConfig(n, d, args.n_predict) for d in args.doc_tokens for n in args.branches)
 
 
 def require_bench_extra() -> None:
@@ -182,9 +240,12 @@ def require_bench_extra() -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `swarmkv bench`: measure every config and mode, write the outputs, print the targets.
 
-    ConfigError before any model is loaded when matplotlib (the bench extra) is missing.
+    ConfigError before any model is loaded when matplotlib (the bench extra) is missing, or
+    when --doc is not a UTF-8 text file (the message `swarmkv run --doc` gives).
     """
     require_bench_extra()
+    if args.doc is not None:
+        read_document("doc", args.doc)  # found, a file, UTF-8: before the model loads
     if args.swarm:
         return run_swarm(args)
     from swarmkv.llama.models import default_model_path

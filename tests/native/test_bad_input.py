@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import textwrap
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import swarmkv
 from swarmkv import (
     Batch,
     BatchError,
+    ClosedError,
     ConfigError,
     Context,
     ContextConfig,
@@ -33,6 +35,7 @@ from swarmkv import (
     SnapshotMismatchError,
     SwarmKVError,
 )
+from swarmkv.errors import SwarmKVWarning
 
 from support.proc import python_cmd, run
 
@@ -411,7 +414,7 @@ def test_model_use_after_close(tiny_model_path: Path) -> None:
         lambda: model.meta("general.name"),
         lambda: Context(model, **SMALL),
     ):
-        with pytest.raises(SwarmKVError, match="Model is closed"):
+        with pytest.raises(ClosedError, match="Model is closed"):
             use()
 
 
@@ -433,7 +436,7 @@ def test_context_use_after_close(tiny_model: Model) -> None:
             lambda: ctx.perf(),
             lambda: sampler.sample(ctx, 0),
         ):
-            with pytest.raises(SwarmKVError, match="Context is closed"):
+            with pytest.raises(ClosedError, match="Context is closed"):
                 use()
 
 
@@ -442,11 +445,11 @@ def test_batch_and_sampler_use_after_close(ctx2: Context) -> None:
     batch.add(1, 0, [0], logits=True)
     batch.close()
     batch.close()
-    with pytest.raises(SwarmKVError, match="Batch is closed"):
+    with pytest.raises(ClosedError, match="Batch is closed"):
         ctx2.decode(batch)
-    with pytest.raises(SwarmKVError, match="Batch is closed"):
+    with pytest.raises(ClosedError, match="Batch is closed"):
         batch.add(2, 1, [0])
-    with pytest.raises(SwarmKVError, match="Batch is closed"):
+    with pytest.raises(ClosedError, match="Batch is closed"):
         batch.clear()
 
     sampler = Sampler()
@@ -454,24 +457,21 @@ def test_batch_and_sampler_use_after_close(ctx2: Context) -> None:
     with Batch(4) as live:
         live.add(1, 0, [0], logits=True)
         ctx2.decode(live)
-    with pytest.raises(SwarmKVError, match="Sampler is closed"):
+    with pytest.raises(ClosedError, match="Sampler is closed"):
         sampler.sample(ctx2, 0)
-    with pytest.raises(SwarmKVError, match="Sampler is closed"):
+    with pytest.raises(ClosedError, match="Sampler is closed"):
         sampler.reset()
 
 
-def test_more_threads_than_cpus_warns_once(
-    tiny_model: Model, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import swarmkv.llama.config
-
-    monkeypatch.setattr(swarmkv.llama.config, "_warned", set())
+def test_more_threads_than_cpus_warns_once(tiny_model: Model) -> None:
     too_many = len(os.sched_getaffinity(0)) + 1
     config = ContextConfig(n_ctx=256, n_batch=64, n_threads=too_many)
-    with caplog.at_level("WARNING", logger="swarmkv.config"):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("default")  # Python's own filter: once per message and place
         for _ in range(3):  # host mode validates one config per branch context
             config.validate(tiny_model)
-    assert caplog.text.count(f"n_threads={too_many} exceeds") == 1
+    seen = [str(w.message) for w in record if issubclass(w.category, SwarmKVWarning)]
+    assert len(seen) == 1 and f"n_threads={too_many} exceeds" in seen[0]
 
 
 # -- pipelines -----------------------------------------------------------------------------

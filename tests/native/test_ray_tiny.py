@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from swarmkv import Pipeline
-from swarmkv.errors import ConfigError, ContextBudgetError, PipelineError
+from swarmkv.errors import ClosedError, ConfigError, ContextBudgetError, PipelineError
 from swarmkv.llama.model import Model
 from swarmkv.process.interrupt import INTERRUPT, Interrupted
 
@@ -166,7 +166,7 @@ def test_a_timeout_closes_the_fan_out(ray_local: None, tiny_model_path: Path) ->
     with Model(tiny_model_path) as m, pipeline(m) as p:
         with pytest.raises(TimeoutError, match=r"did not finish within 0\.0 s"):
             f.run(p, timeout_s=0.0)
-        with pytest.raises(ConfigError, match="closed"):
+        with pytest.raises(ClosedError, match="closed"):
             f.run(p)
 
 

@@ -20,14 +20,15 @@ import logging
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .._version import __version__
 from ..engine.options import read_stdin_document
-from ..errors import SwarmKVError
+from ..errors import SwarmKVError, SwarmKVWarning
 from ..pipeline.modes import MODES
 from ..pipeline.toml import (
     BranchSpec,
@@ -37,7 +38,7 @@ from ..pipeline.toml import (
     build_pipeline,
     load_pipeline_spec,
 )
-from ..process.interrupt import INTERRUPT, Interrupted, ctrl_c_sets_flag
+from ..process.interrupt import Interrupted, ctrl_c_sets_flag
 from .demo import cmd_demo
 from .info import add_parser as add_info_parser
 from .output import (
@@ -309,6 +310,26 @@ def configure_logging(verbose: bool) -> None:
     logging.getLogger("swarmkv.llama").setLevel(logging.NOTSET if verbose else logging.ERROR)
 
 
+def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """A warnings.showwarning that prints a SwarmKVWarning as one line,
+    `swarmkv: warning: ...`, and leaves every other warning to show."""
+
+    def showwarning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, SwarmKVWarning):
+            (file or sys.stderr).write(f"{PROG}: warning: {message}\n")
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `swarmkv` entry point; returns the exit status.
 
@@ -320,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C only sets a flag (see swarmkv.process.interrupt): the work stops at its next decode
     # boundary and unwinds, freeing every handle, then the command exits 130.
     code = 0
-    with ctrl_c_sets_flag():
+    with warnings.catch_warnings(), ctrl_c_sets_flag() as ctrl_c:
+        warnings.showwarning = _one_line_warnings(warnings.showwarning)
         try:
             code = int(args.func(args) or 0)
         except Interrupted:
@@ -330,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 traceback.print_exc(file=sys.stderr)
             sys.stderr.write(f"{PROG}: error: {exc}\n")
             code = 2
-    if INTERRUPT.is_set():
+    if ctrl_c.interrupted:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
     return code

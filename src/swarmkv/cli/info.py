@@ -56,8 +56,10 @@ def format_info(facts: dict[str, Any]) -> str:
     lines.append(
         f"host pool        {pool['buffer_type']} ({'pinned' if pool['pinned'] else 'not pinned'})"
     )
-    where = model["path"] or f"unavailable: {model.get('error')}"
-    lines.append(f"default model    {where} ({_mib(model['bytes'])})")
+    if model["path"] is None:  # no size to show: say why instead (missing, a directory)
+        lines.append(f"default model    unavailable: {model.get('error')}")
+    else:
+        lines.append(f"default model    {model['path']} ({_mib(model['bytes'])})")
     return "\n".join(lines) + "\n"
 
 

@@ -24,20 +24,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checks import check_seconds
-from ..errors import ConfigError, PipelineError, SwarmKVError
-from ..process.interrupt import INTERRUPT
-from ..process.interrupt import check as check_interrupt
+from ..errors import (
+    ClosedError,
+    ConfigError,
+    ModelLoadError,
+    PipelineError,
+    SwarmKVError,
+    TimeoutError,
+)
 from ..pipeline.nodes import BranchNode
 from ..pipeline.spec import check_sequences
+from ..process.interrupt import INTERRUPT
+from ..process.interrupt import check as check_interrupt
 from .merge import DriverTimes, LostShare, merge
 from .payload import snapshot_payload
 from .plan import assign
 from .worker import BranchWorker, WorkerReport, WorkerSettings
 
 if TYPE_CHECKING:
+    from ..kv.snapshot import KVSnapshot
     from ..pipeline.builder import Pipeline
     from ..pipeline.results import PipelineResult
-    from ..kv.snapshot import KVSnapshot
 
 log = logging.getLogger("swarmkv.dist")
 
@@ -144,12 +151,13 @@ class RayFanout:
 
         Every check (mode, graph, callbacks, watermarks, model, exactness) runs before the
         prefill. Node failures are in the result (raised as PipelineError when
-        raise_on_failure); a worker that dies fails its branches with the reason.
+        raise_on_failure); a worker that dies fails its branches with the reason. ClosedError
+        after close() (a timeout or Ctrl-C closes the fan-out too).
         """
         check_seconds("timeout_s", timeout_s, zero_ok=True)  # NaN would never time out
-        ray = import_ray()
         if not self._actors:
-            raise ConfigError("this RayFanout is closed")
+            raise ClosedError("this RayFanout is closed")
+        ray = import_ray()
         shares, doc_tokens = self._check(pipeline, mode)
         assert pipeline.doc is not None
         t_start, start_unix = time.perf_counter_ns(), time.time()
@@ -301,9 +309,11 @@ def _model_for_workers(model_path: str | os.PathLike[str] | None) -> str | None:
     path = Path(model_path).resolve()
     if not path.is_file():
         raise ConfigError(f"model file not found: {path}")
-    if path == default_model_path().resolve():
-        return None
-    return str(path)
+    try:
+        default = default_model_path().resolve()
+    except ModelLoadError:  # no usable default (SWARMKV_MODEL wrong): the path it is
+        return str(path)
+    return None if path == default else str(path)
 
 
 def _document_snapshot(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._native import ffi, lib
-from ..errors import BatchError, SwarmKVError
+from ..errors import BatchError, InitError
+from .config import LLAMA_MAX_SEQ
 from .owned import Owned
 from .sampling import SamplerConfig
 
@@ -18,12 +20,48 @@ if TYPE_CHECKING:
     from .context import Context
 
 
-def _check_int32(what: str, value: object, low: int) -> None:
-    """BatchError unless value is an int in [low, 2**31) (llama.cpp's int32 fields)."""
+def _check_int32(what: str, value: object, low: int, high: int = 2**31) -> None:
+    """BatchError unless value is an int in [low, high) (llama.cpp's int32 fields)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise BatchError(f"{what} must be an integer, got {value!r}")
-    if not low <= int(value) < 2**31:
-        raise BatchError(f"{what} {value} is out of range [{low}, 2**31)")
+    if not low <= int(value) < high:
+        bound = "2**31" if high == 2**31 else str(high)
+        raise BatchError(f"{what} {value} is out of range [{low}, {bound})")
+
+
+def _free_nothing(_arrays: object) -> None:
+    """A batch's memory is cffi's: it goes with the last reference to its arrays."""
+
+
+def _alloc_batch(capacity: int, n_seq_max: int) -> tuple[Any, tuple[Any, ...]]:
+    """A llama_batch of capacity rows (token ids, no embeddings), its arrays allocated here
+    as llama_batch_init lays them out, and the arrays it points into.
+
+    Not llama_batch_init: it does not check its mallocs and writes through the seq_id one
+    (a crash when memory is short); cffi raises MemoryError instead, made an InitError here.
+    """
+    seq_bytes = capacity * n_seq_max * ffi.sizeof("llama_seq_id")
+    try:
+        raw = ffi.new("llama_batch *")
+        token = ffi.new("llama_token[]", capacity)
+        pos = ffi.new("llama_pos[]", capacity)
+        n_seq_id = ffi.new("int32_t[]", capacity)
+        seq_ids = ffi.new("llama_seq_id[]", capacity * n_seq_max)
+        seq_id = ffi.new("llama_seq_id *[]", capacity + 1)  # NULL-terminated, as llama.cpp's
+        logits = ffi.new("int8_t[]", capacity)
+    except MemoryError:
+        raise InitError(
+            f"cannot allocate a batch of {capacity} tokens x {n_seq_max} sequences "
+            f"({capacity * (4 + 4 + 4 + 1 + ffi.sizeof('void *')) + seq_bytes} bytes)"
+        ) from None
+    # row i's sequence ids start at seq_ids + i * n_seq_max (one store, not capacity mallocs)
+    base = int(ffi.cast("uintptr_t", seq_ids))
+    rows = base + np.arange(capacity, dtype=np.uintp) * np.uintp(
+        n_seq_max * ffi.sizeof("llama_seq_id")
+    )
+    ffi.memmove(seq_id, rows.tobytes(), capacity * ffi.sizeof("void *"))
+    raw.token, raw.pos, raw.n_seq_id, raw.seq_id, raw.logits = token, pos, n_seq_id, seq_id, logits
+    return raw, (raw, token, pos, n_seq_id, seq_ids, seq_id, logits)
 
 
 class Batch(Owned):
@@ -31,32 +69,29 @@ class Batch(Owned):
 
     Positions are explicit and absolute. Within one batch a sequence's positions must be
     consecutive (checked here, as rows are added); Context.decode then checks that each
-    sequence continues where its memory ends.
+    sequence continues where its memory ends. Sizes are checked first (BatchError, a
+    ConfigError); InitError when the memory cannot be allocated.
     """
 
     def __init__(self, capacity: int, n_seq_max: int = 1) -> None:
-        if capacity < 1:
-            raise BatchError(f"batch capacity must be >= 1, got {capacity}")
-        if n_seq_max < 1:
-            raise BatchError(f"batch n_seq_max must be >= 1, got {n_seq_max}")
-        self.capacity = capacity
-        self.n_seq_max = n_seq_max
-        raw = lib.llama_batch_init(capacity, 0, n_seq_max)
-        if raw.token == ffi.NULL:
-            raise SwarmKVError(f"llama_batch_init({capacity}) failed")
+        _check_int32("batch capacity", capacity, 1)
+        _check_int32("batch n_seq_max", n_seq_max, 1, LLAMA_MAX_SEQ + 1)
+        self.capacity = capacity = int(capacity)
+        self.n_seq_max = n_seq_max = int(n_seq_max)
+        raw, arrays = _alloc_batch(capacity, n_seq_max)
         self._raw = raw
         self._spans: dict[int, list[int]] = {}
-        self._own(lib.llama_batch_free, raw)
+        self._own(_free_nothing, arrays)
 
     @property
     def raw(self) -> Any:
-        """The llama_batch struct; raises SwarmKVError once the batch is closed."""
-        return self._live(self._raw)
+        """The llama_batch struct; raises ClosedError once the batch is closed."""
+        return self._live(self._raw[0])
 
     @property
     def n_tokens(self) -> int:
-        """Number of rows (tokens) added since the last clear()."""
-        return int(self._raw.n_tokens)
+        """Number of rows (tokens) added since the last clear(); ClosedError once closed."""
+        return int(self.raw.n_tokens)
 
     def clear(self) -> None:
         """Empty the batch for reuse: n_tokens = 0 and the sequence spans forgotten."""
@@ -131,32 +166,36 @@ class Sampler(Owned):
         self.config.validate()
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         if chain == ffi.NULL:
-            raise SwarmKVError("llama_sampler_chain_init failed")
+            raise InitError("llama_sampler_chain_init returned NULL")
         self._ptr: Any = chain
         self._own(lib.llama_sampler_free, chain)
-        for stage in self._stages():
+        for name, make in self._stages():
+            stage = make()
             if stage == ffi.NULL:
-                raise SwarmKVError("a llama_sampler_init_* call failed")
+                self.close()  # frees the chain and the stages already added to it, now
+                raise InitError(f"llama_sampler_init_{name} returned NULL")
             lib.llama_sampler_chain_add(chain, stage)  # the chain now owns the stage
 
-    def _stages(self) -> list[Any]:
+    def _stages(self) -> list[tuple[str, Callable[[], Any]]]:
+        """Each stage's name and its llama_sampler_init_* call, made one at a time: a stage
+        is owned by nobody until the chain takes it."""
         c = self.config
         if c.greedy:
-            return [lib.llama_sampler_init_greedy()]
-        stages = []
+            return [("greedy", lib.llama_sampler_init_greedy)]
+        stages: list[tuple[str, Callable[[], Any]]] = []
         if c.top_k is not None:
-            stages.append(lib.llama_sampler_init_top_k(c.top_k))
+            stages.append(("top_k", functools.partial(lib.llama_sampler_init_top_k, c.top_k)))
         if c.top_p is not None:
-            stages.append(lib.llama_sampler_init_top_p(c.top_p, 1))
+            stages.append(("top_p", functools.partial(lib.llama_sampler_init_top_p, c.top_p, 1)))
         if c.min_p is not None:
-            stages.append(lib.llama_sampler_init_min_p(c.min_p, 1))
-        stages.append(lib.llama_sampler_init_temp(c.temperature))
-        stages.append(lib.llama_sampler_init_dist(c.seed))
+            stages.append(("min_p", functools.partial(lib.llama_sampler_init_min_p, c.min_p, 1)))
+        stages.append(("temp", functools.partial(lib.llama_sampler_init_temp, c.temperature)))
+        stages.append(("dist", functools.partial(lib.llama_sampler_init_dist, c.seed)))
         return stages
 
     @property
     def ptr(self) -> Any:
-        """The llama_sampler chain pointer; raises SwarmKVError once the sampler is closed."""
+        """The llama_sampler chain pointer; raises ClosedError once the sampler is closed."""
         return self._live(self._ptr)
 
     def sample(self, ctx: Context, i: int) -> int:

@@ -6,12 +6,13 @@ context.py turns a config into llama_context_params.
 
 from __future__ import annotations
 
-import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import ConfigError, ContextCreateError
+from ..checks import check_int
+from ..errors import ConfigError, ContextCreateError, SwarmKVWarning
 from .budget import GGML_MAX_N_THREADS
 
 if TYPE_CHECKING:
@@ -31,9 +32,9 @@ KV_TYPES = {
     "q4_0": "GGML_TYPE_Q4_0",
 }
 LLAMA_MAX_SEQ = 256  # llama-cparams.h; llama.cpp throws past it
-
-
-_log = logging.getLogger("swarmkv.config")  # not under swarmkv.llama: the CLI mutes that one
+# The largest count llama.cpp takes: n_ctx and n_batch are uint32_t in llama_context_params but
+# int32_t where they are used (llama_batch_init, token positions), as are top_k and n_threads.
+INT32_MAX = 2**31 - 1
 
 
 def default_threads() -> int:
@@ -41,26 +42,21 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
-_warned: set[tuple[str, int]] = set()
-
-
 def _warn_oversubscribed(name: str, value: int) -> None:
-    """Warn once per process and value: every context of a pipeline validates the same
-    config (host mode makes one per branch), and one line says it all.
+    """A SwarmKVWarning, shown once per message by Python's warnings filter (the default
+    action): every context of a pipeline validates the same config (host mode makes one per
+    branch), and one line says it all.
 
     A count above the usable CPUs but within ggml's limit is honoured, not capped: it was
     asked for explicitly (to measure oversubscription, say), and a silent cap would change
     what runs. The warning says why it is slow: ggml's threads spin at barriers, so every
     thread past the core count slows each decode (-t 1000 on 2 cores ran 13x slower).
     """
-    if (name, value) in _warned:
-        return
-    _warned.add((name, value))
-    _log.warning(
-        "%s=%d exceeds the %d CPUs this process may use; decoding will be slower",
-        name,
-        value,
-        default_threads(),
+    warnings.warn(
+        f"{name}={value} exceeds the {default_threads()} CPUs this process may use; "
+        "decoding will be slower",
+        SwarmKVWarning,
+        stacklevel=2,
     )
 
 
@@ -99,37 +95,24 @@ class ContextConfig:
     def validate(self, model: Model) -> None:
         """Check every field against llama.cpp's limits and model's, before any context exists.
 
-        Raises ConfigError for a value out of range (n_seq_max also must not exceed the
-        effective n_batch) and ContextCreateError when one sequence's cells exceed n_ctx_train.
+        Raises ConfigError for a value of another type or out of range (n_seq_max also must
+        not exceed the effective n_batch) and ContextCreateError when one sequence's cells
+        exceed n_ctx_train.
         """
-        if self.n_ctx < 1:
-            raise ConfigError(f"n_ctx must be >= 1, got {self.n_ctx}")
+        self.check_numbers()
         per_seq = self.n_ctx if self.kv_unified else self.n_ctx // max(self.n_seq_max, 1)
         if per_seq > model.n_ctx_train:
             raise ContextCreateError(
                 f"n_ctx={self.n_ctx} ({per_seq} per sequence) exceeds what {model.path.name} "
                 f"supports (n_ctx_train={model.n_ctx_train})"
             )
-        if self.n_batch < 1:
-            raise ConfigError(f"n_batch must be >= 1, got {self.n_batch}")
-        if self.n_ubatch is not None and not 1 <= self.n_ubatch <= self.n_batch:
-            raise ConfigError(
-                f"n_ubatch must be in [1, n_batch={self.n_batch}], got {self.n_ubatch}"
-            )
-        if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
-            raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
         if self.n_seq_max > self.effective_n_batch:
             # llama.cpp reserves n_batch output rows and GGML_ASSERTs past them
             raise ConfigError(
                 f"n_seq_max={self.n_seq_max} exceeds n_batch={self.effective_n_batch}"
             )
-
         for name in ("n_threads", "n_threads_batch"):
             value = getattr(self, name)
-            if value is not None and not 1 <= value <= GGML_MAX_N_THREADS:
-                raise ConfigError(
-                    f"{name} must be in [1, {GGML_MAX_N_THREADS}] (ggml's limit), got {value}"
-                )
             if value is not None and value > default_threads():
                 _warn_oversubscribed(name, value)
         if self.flash_attn not in FLASH_ATTN_TYPES:
@@ -141,6 +124,25 @@ class ContextConfig:
                 raise ConfigError(f"{name} must be one of {sorted(KV_TYPES)}")
         if self.batch_invariant:
             self._check_batch_invariant(model)
+
+    def check_numbers(self) -> None:
+        """Each integer field's type and range, the model aside: ConfigError naming the field
+        for a bool, float or string, or a value the C side cannot take (past INT32_MAX, past
+        llama.cpp's 256 sequences or ggml's thread limit), before any native call sees it."""
+        check_int("n_ctx", self.n_ctx, lo=1, hi=INT32_MAX)
+        check_int("n_batch", self.n_batch, lo=1, hi=INT32_MAX)
+        if self.n_ubatch is not None:
+            ubatch = check_int("n_ubatch", self.n_ubatch)
+            if not 1 <= ubatch <= self.n_batch:
+                raise ConfigError(f"n_ubatch must be in [1, n_batch={self.n_batch}], got {ubatch}")
+        if not 1 <= check_int("n_seq_max", self.n_seq_max) <= LLAMA_MAX_SEQ:
+            raise ConfigError(f"n_seq_max must be in [1, {LLAMA_MAX_SEQ}], got {self.n_seq_max}")
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= check_int(name, value) <= GGML_MAX_N_THREADS:
+                raise ConfigError(
+                    f"{name} must be in [1, {GGML_MAX_N_THREADS}] (ggml's limit), got {value}"
+                )
 
     def _check_batch_invariant(self, model: Model) -> None:
         # The invariant kernels exist for the CPU path only: flash attention one query row at

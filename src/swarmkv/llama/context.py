@@ -17,6 +17,7 @@ import numpy as np
 from .._native import ffi, lib
 from ..errors import (
     BatchError,
+    ClosedError,
     ConfigError,
     ContextCreateError,
     NativeCallError,
@@ -67,25 +68,34 @@ class Context(Owned):
         config = config or ContextConfig()
         if overrides:
             config = replace(config, **overrides)
+        # Held from here on, the model's keeper keeps its native handle alive even if another
+        # thread closes the model while this context is being made (ClosedError if it is).
+        model_keeper = model._hold()
         config.validate(model)
         self._check_memory(model, config)
         self.model = model  # strong reference: the model outlives its contexts
         self.config = config
-        ptr = lib.llama_init_from_model(model.ptr, context_params(config, model))
+        params = context_params(config, model)
+        ptr = lib.llama_init_from_model(model._ptr, params)
         if ptr == ffi.NULL:
             raise ContextCreateError(
                 f"llama_init_from_model failed (n_ctx={config.n_ctx}, n_batch={config.n_batch}, "
                 f"n_seq_max={config.n_seq_max}); see the swarmkv.llama log"
             )
         self._ptr: Any = ptr
-        self._own(lib.llama_free, ptr, parent=model)  # the model is freed after this context
+        # the model is freed after this context
+        self._own(lib.llama_free, ptr, parent=model_keeper)
         if config.batch_invariant and not lib.llama_set_batch_invariant(ptr, True):
             self.close()
             raise ConfigError(
                 "batch_invariant=True: a backend of this context has no batch-invariant mode "
                 "(it exists for the CPU backend only): pass exact=False / batch_invariant=False"
             )
-        model._contexts.add(self)
+        try:
+            model._add_context(self)  # close() of the model now refuses while this is open
+        except ClosedError:
+            self.close()
+            raise
         self._mem = lib.llama_get_memory(ptr)
         self._device_gen: dict[int, int] = {}  # ON_DEVICE captures per source seq id
         self._serial = next(_SERIALS)  # unlike id(), never reused by a later context
@@ -112,7 +122,7 @@ class Context(Owned):
     # -- lifetime -------------------------------------------------------------------------
     @property
     def ptr(self) -> Any:
-        """The llama_context pointer; raises SwarmKVError once the context is closed."""
+        """The llama_context pointer; raises ClosedError once the context is closed."""
         return self._live(self._ptr)
 
     # -- decode ---------------------------------------------------------------------------
@@ -259,10 +269,6 @@ class Context(Owned):
         """The token of seq_id's live ON_DEVICE capture in this context, or None."""
         gen = self._device_gen.get(seq_id)
         return None if gen is None or self.closed else (self._serial, gen)
-
-    def state_size(self) -> int:
-        """Size in bytes of the whole context's state (llama_state_get_size)."""
-        return int(lib.llama_state_get_size(self.ptr))
 
     def state_seq_size(self, seq_id: int, flags: int = 0) -> int:
         """Size in bytes of seq_id's state with flags (llama_state_seq_get_size_ext).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import weakref
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._native import ffi, lib
 from ..errors import (
+    ClosedError,
     ConfigError,
     ModelLoadError,
     NativeCallError,
@@ -81,31 +83,44 @@ class Model(Owned):
         self._ptr: Any = ptr
         self._vocab = lib.llama_model_get_vocab(ptr)
         self._own(lib.llama_model_free, ptr)
+        # contexts are made on node threads while another thread may close the model: the
+        # set is read and changed under this lock only
+        self._contexts_lock = threading.Lock()
         self._contexts: weakref.WeakSet[Context] = weakref.WeakSet()
+
+    def _add_context(self, ctx: Context) -> None:
+        """Count ctx among this model's contexts (close() refuses while it is open);
+        ClosedError if the model was closed meanwhile (ctx then holds its handle still)."""
+        with self._contexts_lock:
+            if self.closed:
+                raise ClosedError("Model is closed")
+            self._contexts.add(ctx)
 
     def close(self) -> None:
         """Free the model; refused (SwarmKVError) while a context made from it is open.
 
         Each context also holds the model's native handle, so even a context that was never
-        closed cannot see the model freed under it.
+        closed cannot see the model freed under it. Safe against contexts made or closed on
+        other threads meanwhile: one made after this returns gets ClosedError.
         """
-        open_contexts = [c for c in list(self._contexts) if not c.closed]
-        if open_contexts:
-            raise SwarmKVError(
-                f"Model.close(): {len(open_contexts)} context(s) made from {self.path.name} "
-                "are still open; close them first"
-            )
-        super().close()
+        with self._contexts_lock:
+            open_contexts = [c for c in list(self._contexts) if not c.closed]
+            if open_contexts:
+                raise SwarmKVError(
+                    f"Model.close(): {len(open_contexts)} context(s) made from "
+                    f"{self.path.name} are still open; close them first"
+                )
+            super().close()
 
     # -- lifetime -------------------------------------------------------------------------
     @property
     def ptr(self) -> Any:
-        """The llama_model pointer; raises SwarmKVError once the model is closed."""
+        """The llama_model pointer; raises ClosedError once the model is closed."""
         return self._live(self._ptr)
 
     @property
     def vocab(self) -> Any:
-        """The model's llama_vocab pointer (llama_model_get_vocab); SwarmKVError once closed."""
+        """The model's llama_vocab pointer (llama_model_get_vocab); ClosedError once closed."""
         return self._live(self._vocab)
 
     # -- shape ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Self
 
-from ..errors import SwarmKVError
+from ..errors import ClosedError
 
 
 class Keeper:
@@ -36,21 +36,33 @@ class Owned:
 
     _keeper: Keeper | None = None
 
-    def _own(self, free: Callable[[Any], None], handle: Any, parent: Owned | None = None) -> None:
-        self._keeper = Keeper(free, handle, parent._keeper if parent is not None else None)
+    def _own(
+        self, free: Callable[[Any], None], handle: Any, parent: Owned | Keeper | None = None
+    ) -> None:
+        """Own handle from now on; parent (an Owned, or a Keeper taken from one with `_hold`)
+        is freed after it."""
+        if isinstance(parent, Owned):
+            parent = parent._keeper
+        self._keeper = Keeper(free, handle, parent)
+
+    def _hold(self) -> Keeper:
+        """This wrapper's Keeper: while the caller holds it, the native handle lives on even
+        if another thread closes the wrapper. ClosedError once closed."""
+        keeper = self._keeper
+        if keeper is None:
+            raise ClosedError(f"{type(self).__name__} is closed")
+        return keeper
 
     def _live(self, handle: Any) -> Any:
-        """handle, or SwarmKVError once this wrapper is closed (never a dangling pointer)."""
+        """handle, or ClosedError once this wrapper is closed (never a dangling pointer)."""
         if self._keeper is None:
-            raise SwarmKVError(f"{type(self).__name__} is closed")
+            raise ClosedError(f"{type(self).__name__} is closed")
         return handle
 
     def _export(self, ffi: Any, ptr: Any) -> Any:
         """`ptr` as a cffi pointer that keeps the handle alive as long as it (or a buffer or
         array made from it) lives."""
-        keeper = self._keeper
-        if keeper is None:
-            raise SwarmKVError(f"{type(self).__name__} is closed")
+        keeper = self._hold()
         return ffi.gc(ptr, lambda _p, _k=keeper: None)
 
     def close(self) -> None:

@@ -20,19 +20,29 @@ the pool's own references, and a buffer still viewed is freed when its last view
 A released HostBuffer's block is reused (best fit by size) only if nothing made from its view
 is still alive; otherwise it is retired, so a stale view can never read the next owner's
 bytes. A long run that forks the same snapshot size again and again does not grow memory.
+
+Whether something made from a view is alive is tracked explicitly, not with reference counts
+(which free-threaded CPython and PyPy do not report as live counts): a numpy array over the
+view holds an export of it (releasing the view then fails), and every other view made from
+it (a slice, memoryview(view), view.obj) holds the buffer object the view was made from,
+which the HostBuffer watches through a weak reference. Where objects are not freed at once
+(PyPy), a block may be retired that could have been reused; never the reverse.
+
+Sizes are checked before any native call (ConfigError naming the argument); a buffer the
+machine cannot give is an InitError; a closed pool or a released buffer raises ClosedError.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._native import ffi, lib
-from ..errors import PoolError
+from ..checks import check_int
+from ..errors import ClosedError, InitError, PoolError
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class PoolStats:
 
 
 log = logging.getLogger("swarmkv.llama.pool")
+_SIZE_MAX = 2**63 - 1  # ggml takes a size_t; no machine has more bytes than this
 
 
 class _Keeper:
@@ -74,13 +85,13 @@ class _Block:
 def _new_block(buft: Any, kind: str, nbytes: int) -> _Block:
     handle = lib.ggml_backend_buft_alloc_buffer(buft, nbytes)
     if handle == ffi.NULL:
-        raise PoolError(f"ggml_backend_buft_alloc_buffer({kind}, {nbytes}) failed")
+        raise InitError(f"ggml_backend_buft_alloc_buffer({kind}, {nbytes}) failed")
     keeper = _Keeper(handle)  # from here on the buffer is freed exactly once, whatever happens
     size = int(lib.ggml_backend_buffer_get_size(handle))
     base = lib.ggml_backend_buffer_get_base(handle)
     if size < nbytes or base == ffi.NULL:
         keeper.finalizer()
-        raise PoolError(f"{kind} buffer of {nbytes} bytes came back with {size} bytes")
+        raise InitError(f"{kind} buffer of {nbytes} bytes came back with {size} bytes")
     # ffi.gc ties the keeper to this pointer object: the destructor (a no-op) holds it.
     ptr = ffi.gc(ffi.cast("char *", base), lambda _p, _k=keeper: None)
     return _Block(handle, ptr, size, keeper)
@@ -99,8 +110,10 @@ class HostBuffer:
         self.block = block
         self.capacity = block.capacity
         self.nbytes = nbytes
-        self._exporter: Any = ffi.buffer(block.ptr, nbytes)  # one per ticket: see _drop_view
-        self._view: memoryview | None = memoryview(self._exporter)
+        exporter = ffi.buffer(block.ptr, nbytes)  # one per ticket: see _drop_view
+        # every view made from ours (a slice, memoryview(view), view.obj) holds the exporter
+        self._exporter_ref: weakref.ref[Any] = weakref.ref(exporter)
+        self._view: memoryview | None = memoryview(exporter)
 
     @property
     def handle(self) -> Any:
@@ -109,9 +122,10 @@ class HostBuffer:
 
     @property
     def view(self) -> memoryview:
-        """Writable memoryview of exactly nbytes bytes; PoolError after release()."""
+        """Writable memoryview of exactly nbytes bytes; ClosedError after release() (or the
+        pool's close())."""
         if self._view is None:
-            raise PoolError("HostBuffer used after release")
+            raise ClosedError("HostBuffer used after release")
         return self._view
 
     @property
@@ -132,13 +146,12 @@ class HostBuffer:
         if view is None:
             return False
         try:
-            view.release()
+            view.release()  # fails while an export of it (a numpy array over it) is alive
         except BufferError:
             return True
-        exporter, self._exporter = self._exporter, None
-        # Every memoryview made from ours shares one managed buffer that holds the exporter:
-        # beyond our local name and getrefcount's argument, a reference means one is alive.
-        return sys.getrefcount(exporter) > 2
+        del view
+        # nothing of ours holds the exporter now: alive means a view made from ours holds it
+        return self._exporter_ref() is not None
 
     def __enter__(self) -> HostBuffer:
         return self
@@ -177,12 +190,15 @@ class HostBufferPool:
         return self.kind != "CPU"
 
     def alloc(self, nbytes: int) -> HostBuffer:
-        """A buffer of at least nbytes (reused when a released one fits)."""
-        if nbytes < 1:
-            raise PoolError(f"cannot allocate {nbytes} bytes")
+        """A buffer of at least nbytes (reused when a released one fits).
+
+        ConfigError for an nbytes that is not an int >= 1 (before any native call),
+        ClosedError after close(), InitError when the machine cannot give the memory.
+        """
+        check_int("nbytes", nbytes, lo=1, hi=_SIZE_MAX)
         with self._lock:
             if self._closed:
-                raise PoolError("HostBufferPool is closed")
+                raise ClosedError("HostBufferPool is closed")
             block = self._take_free(nbytes) or self._new_block(nbytes)
             buf = HostBuffer(self, block, nbytes)
             self._in_use[id(buf)] = buf
@@ -190,9 +206,11 @@ class HostBufferPool:
             return buf
 
     def copy_of(self, src: memoryview | bytes) -> HostBuffer:
-        """A new buffer holding a copy of src (copy-on-fork of snapshot bytes)."""
-        buf = self.alloc(len(src))
-        buf.view[:] = src
+        """A new buffer holding a copy of src's bytes (copy-on-fork of snapshot bytes); src
+        may be any contiguous buffer, its size counted in bytes, not items."""
+        data = memoryview(src).cast("B")
+        buf = self.alloc(data.nbytes)
+        buf.view[:] = data
         return buf
 
     def _take_free(self, nbytes: int) -> _Block | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..checks import check_int, check_number
 from ..errors import ConfigError
+from .config import INT32_MAX
 
 # on_token(branch name, token id, decoded piece): called once per generated token
 TokenCallback = Callable[[str, int, str], None]
@@ -30,8 +31,8 @@ class SamplerConfig:
         """Raise ConfigError naming the first bad field (types, NaN and infinities included)."""
         if check_number("temperature", self.temperature) < 0:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and check_int("top_k", self.top_k) < 1:
-            raise ConfigError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_k is not None:  # llama_sampler_init_top_k takes an int32_t
+            check_int("top_k", self.top_k, lo=1, hi=INT32_MAX)
         for name in ("top_p", "min_p"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= check_number(name, value) <= 1.0:

@@ -7,21 +7,17 @@ so a spec is judged by the same rules whichever way it was written. Pure Python.
 
 from __future__ import annotations
 
-import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, DagError
+from ..errors import ConfigError, DagError, SwarmKVWarning
 from ..llama.config import LLAMA_MAX_SEQ
 from .dag import Dag
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
 
 DEFAULT_MODE = "fork"
-
-
-_log = logging.getLogger("swarmkv.pipeline.builder")
-_warned: set[tuple[str, str, str]] = set()  # (branch, prompt, word) already warned about
 
 SHARED_CONTEXT_MODES = ("fork", "device")
 
@@ -112,11 +108,11 @@ def _check_placeholders(b: BranchNode, names: list[str]) -> None:
                 f"after=: add it there to use that branch's text, or write {{{{{word}}}}} "
                 "for the literal text"
             )
-        if (b.name, b.prompt, word) in _warned:  # a spec is validated again before each run
-            continue
-        _warned.add((b.name, b.prompt, word))
-        _log.warning(
-            "branch %r: {%s} names no upstream branch in after=, so it stays as literal text",
-            b.name,
-            word,
+        # a spec is validated again before each run: Python's warnings filter shows each
+        # message once (the default action), without a registry of our own
+        warnings.warn(
+            f"branch {b.name!r}: {{{word}}} names no upstream branch in after=, so it stays "
+            "as literal text",
+            SwarmKVWarning,
+            stacklevel=2,
         )

@@ -11,6 +11,10 @@ which never raises anywhere. Dag.run (waiting in the main thread) sees the flag,
 node at its next cancellation check (between decodes), joins them and raises Interrupted;
 long loops call `check()`. The command unwinds through every `with` and `finally`, freeing
 handles in order, and the CLI exits 130.
+
+The flag belongs to the guarded work it interrupted: only the guard's handler sets it, and
+the outermost guard clears it when it ends (its `interrupted` says whether Ctrl-C came). So in
+a long-lived process (a notebook, a server) one Ctrl-C stops one run, not every later one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
 
 from ..errors import SwarmKVError
 
@@ -29,25 +35,46 @@ class Interrupted(SwarmKVError):
     """The process was interrupted (Ctrl-C); raised at a safe point after threads stopped."""
 
 
+@dataclass
+class CtrlC:
+    """What a ctrl_c_sets_flag() guard saw; `interrupted` is set when the guard ends."""
+
+    interrupted: bool = False
+
+
 def check() -> None:
     """Raise Interrupted if Ctrl-C was pressed; call between steps of long work."""
     if INTERRUPT.is_set():
         raise Interrupted("interrupted")
 
 
+def _set_flag(_signum: int, _frame: FrameType | None) -> None:
+    INTERRUPT.set()
+
+
 @contextmanager
-def ctrl_c_sets_flag() -> Iterator[None]:
+def ctrl_c_sets_flag() -> Iterator[CtrlC]:
     """While active, SIGINT (Ctrl-C) sets INTERRUPT instead of raising KeyboardInterrupt.
 
     Every further Ctrl-C only sets it again: the work is freeing native handles and must
-    finish. The previous handler comes back on exit. Signal handlers can only be set from the
-    main thread; elsewhere this does nothing (Ctrl-C keeps Python's default behaviour).
+    finish. On exit the previous handler comes back, the yielded CtrlC's `interrupted` tells
+    whether the flag was set, and the outermost guard clears the flag (a guard inside another
+    leaves it to the outer one, whose work must stop too). Signal handlers can only be set
+    from the main thread; elsewhere this only reports the flag, and Ctrl-C keeps Python's
+    default behaviour.
     """
+    state = CtrlC()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        try:
+            yield state
+        finally:
+            state.interrupted = INTERRUPT.is_set()
         return
-    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: INTERRUPT.set())
+    previous = signal.signal(signal.SIGINT, _set_flag)
     try:
-        yield
+        yield state
     finally:
         signal.signal(signal.SIGINT, previous)
+        state.interrupted = INTERRUPT.is_set()
+        if previous is not _set_flag:  # the outermost guard: the interrupted work is over
+            INTERRUPT.clear()
