@@ -113,7 +113,7 @@ def assemble(
     return prefix + raw + hashlib.sha256(raw).digest() + state
 
 
-# -- llama.cpp's sequence state (see swarmkv/snapshot_file.py) ------------------------------------
+# -- llama.cpp's sequence state (see swarmkv/kv/file.py) ------------------------------------
 @dataclass
 class Layout:
     """Offsets of the structural fields of the pristine state (one KV cache, 2 streams)."""

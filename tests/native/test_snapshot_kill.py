@@ -10,9 +10,9 @@ within a random 1 ms, in the ~2.5 ms a save spends writing and fsyncing it. The 
 kills that landed mid-write (the killed save's temporary file is still there) and requires
 at least half of them.
 
-What a kill leaves: write_atomically writes `.NAME.PID.tmp` beside the target and renames it
-over the target once it is complete, so a save killed before the rename leaves that hidden
-file behind (nothing can remove it after SIGKILL). It is never read by load or open_shared,
+What a kill leaves: write_atomically writes `.NAME.PID.RANDOM.tmp` beside the target and
+renames it over the target once it is complete, so a save killed before the rename leaves that
+hidden file behind (nothing can remove it after SIGKILL). It is never read by load or open_shared,
 a later save (another PID) is not disturbed by it, and it can be deleted at any time; the
 test checks all three.
 """
@@ -31,7 +31,7 @@ import pytest
 
 import swarmkv
 from swarmkv import Context, HostBufferPool, KVSnapshot, Model
-from swarmkv.kv.file import temp_path
+from swarmkv.kv.file import temp_files, temp_prefix
 
 from support.decoding import prefill
 from support.proc import popen, python_cmd
@@ -129,9 +129,8 @@ def test_sigkill_mid_save_leaves_the_old_or_the_new_file(
             assert child.stdout.readline().strip() == "ready", child.stderr
             time.sleep(rng.uniform(0.0, MAX_DELAY_S))
             if armed(trial):  # wait for the next save's temporary file, then a moment
-                tmp = temp_path(target, child.pid)
                 deadline = time.perf_counter() + 2
-                while not tmp.exists() and time.perf_counter() < deadline:
+                while not temp_files(target, child.pid) and time.perf_counter() < deadline:
                     pass
                 until = time.perf_counter() + rng.uniform(0.0, ARMED_DELAY_S)
                 while time.perf_counter() < until:  # sleep() is too coarse for this
@@ -143,7 +142,7 @@ def test_sigkill_mid_save_leaves_the_old_or_the_new_file(
             child.communicate()
         assert child.returncode == -signal.SIGKILL
         killed_pids.append(child.pid)
-        if temp_path(target, child.pid).exists():
+        if temp_files(target, child.pid):
             mid_write += 1
             mid_write_armed += armed(trial)
         # the final name holds one complete version, whatever the moment of the kill
@@ -163,7 +162,8 @@ def test_sigkill_mid_save_leaves_the_old_or_the_new_file(
     )
     assert mid_write >= MIN_MID_WRITE, f"only {mid_write} of {TRIALS} kills landed mid-write"
     assert len(leftovers) == mid_write  # one per killed save, named by its process id
-    assert {temp_path(target, pid).name for pid in killed_pids} >= set(leftovers)
+    prefixes = tuple(temp_prefix(target, pid) for pid in killed_pids)
+    assert all(name.startswith(prefixes) for name in leftovers)
 
     # a new save works beside the leftovers and does not touch them; load never reads them
     with KVSnapshot.load(versions[1], pool) as snap:

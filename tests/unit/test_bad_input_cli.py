@@ -221,7 +221,7 @@ def _branch(name: str, prompt: str, *after: str) -> BranchNode:
 
 def test_dotted_and_wave_names_are_ordinary_names() -> None:
     # str.format read {q1.summary} as attribute access; fork mode names its internal nodes
-    # wave-N (handoff/fork.py steps around the user's names)
+    # wave-N once; names such as "wave-9" must stay ordinary names
     spec = PipelineSpec(
         PrefillNode("wave-9", "A document."),
         (

@@ -2,7 +2,7 @@
 
 It is long enough (about 750 words) that prefilling it dominates a short answer, which is
 the situation SwarmKV is built for, and it holds concrete facts the demo's questions ask
-about. It ends with a newline so the document stops at a token boundary (see nodes.py).
+about. It ends with a newline so the document stops at a token boundary (see pipeline/nodes.py).
 """
 
 from __future__ import annotations

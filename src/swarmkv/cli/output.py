@@ -1,6 +1,6 @@
 """What the CLI prints: a progress bar for the prefill, results as text or JSON.
 
-Shared by `swarmkv run` (cli.py) and `swarmkv demo` (demo_command.py).
+Shared by `swarmkv run` (app.py) and `swarmkv demo` (demo.py).
 """
 
 from __future__ import annotations

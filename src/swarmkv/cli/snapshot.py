@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ..kv.file import SnapshotHeader, payload_offset, read_file_header
+from ..kv.file import check_save_path, open_snapshot_file, read_header
 from .output import PrefillBar, write_json
 
 
@@ -56,17 +57,26 @@ def cmd_create(args: argparse.Namespace) -> int:
     """Prefill --doc once, capture its state and save it atomically to --output."""
     from ..engine.options import read_document, read_stdin_document
     from ..pipeline.builder import Pipeline  # native work only once the arguments are known good
+    from ..process.interrupt import check
 
-    # the document is read before the model loads: a bad one fails in milliseconds
+    # the document and the output path are checked before the model loads: a bad one fails
+    # in milliseconds, not after the load and the whole prefill
     if args.doc == "-":
         text = read_stdin_document("doc")
     else:
         text = read_document("doc", Path(args.doc).expanduser())
     out = Path(args.output).expanduser()
+    check_save_path(out)
     model = Path(args.model).expanduser() if args.model else None
     with Pipeline(model, n_threads=args.threads, exact=args.exact) as pipe:
         pipe.prefill("doc", text=text)
-        with PrefillBar(sys.stderr.isatty()) as bar, pipe.snapshot(progress=bar) as snap:
+        # Ctrl-C (main runs commands under ctrl_c_sets_flag) stops the prefill between
+        # chunks; the snapshot is released on the way out and no file is written
+        with (
+            PrefillBar(sys.stderr.isatty()) as bar,
+            pipe.snapshot(progress=bar, check=check) as snap,
+        ):
+            check()  # a Ctrl-C during the capture: still no file
             t = time.perf_counter()
             snap.save(out)
             save_ms = (time.perf_counter() - t) * 1e3
@@ -92,9 +102,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     """Print a snapshot file's header, whether its state checksum holds, and whether this
     build can restore it; exit 1 when it cannot (damaged state, other llama.cpp build)."""
-    path = Path(args.path).expanduser()
-    header = read_file_header(path)  # format and header checksum: SnapshotMismatchError
-    facts = info_facts(path, header)
+    facts = info_facts(Path(args.path).expanduser())
     if args.json:
         write_json(facts)
     else:
@@ -102,14 +110,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0 if facts["checksum"] == "ok" and facts["this_build"] == "compatible" else 1
 
 
-def info_facts(path: Path, header: SnapshotHeader) -> dict[str, Any]:
-    """What `snapshot info` reports, as JSON-ready data."""
+def info_facts(path: Path) -> dict[str, Any]:
+    """What `snapshot info` reports, as JSON-ready data. A bad format or header raises
+    SnapshotMismatchError. Memory stays bounded whatever the file's size: the header is read
+    and checked first (its size claim against the file's), a state that does not start like
+    a llama.cpp state is reported damaged without reading further, and the checksum is
+    computed a chunk at a time."""
     from .._native import BUILD, LLAMA_CPP_COMMIT
     from ..errors import SnapshotMismatchError
-    from ..kv.file import check_build, payload_digest
+    from ..kv.file import check_build, check_state_start, file_digest
 
-    raw = path.read_bytes()
-    state = _state_bytes(raw)
+    with open_snapshot_file(path) as f:
+        header, offset = read_header(f, path)  # format and header checksum, sizes
+        file_bytes = os.fstat(f.fileno()).st_size
+        try:
+            check_state_start(f, offset, path)
+        except SnapshotMismatchError:
+            checksum = "MISMATCH (state damaged: it does not start like a llama.cpp state)"
+        else:
+            ok = file_digest(f, offset, header.nbytes) == header.sha256
+            checksum = "ok" if ok else "MISMATCH (state damaged)"
     try:
         check_build(header, path, LLAMA_CPP_COMMIT, BUILD["patches"])
         build = "compatible"
@@ -128,15 +148,10 @@ def info_facts(path: Path, header: SnapshotHeader) -> dict[str, Any]:
         "state_flags": header.state_flags,
         "tokens": header.n_tokens,
         "state_bytes": header.nbytes,
-        "file_bytes": len(raw),
-        "checksum": "ok" if payload_digest(state) == header.sha256 else "MISMATCH (state damaged)",
+        "file_bytes": file_bytes,
+        "checksum": checksum,
         "this_build": build,
     }
-
-
-def _state_bytes(raw: bytes) -> bytes:
-    header_len = int.from_bytes(raw[8:12], "little")
-    return raw[payload_offset(header_len) :]
 
 
 def format_info(facts: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import struct
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -418,26 +419,87 @@ def check_context(
             )
 
 
-def temp_path(path: Path, pid: int | None = None) -> Path:
-    """The hidden temporary file a save by process pid (this one by default) writes first."""
-    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
+TEMP_SUFFIX = ".tmp"
+_TEMP_TRIES = 100
+
+
+def temp_prefix(path: Path, pid: int | None = None) -> str:
+    """How the names of the temporary files that saves to path by process pid (this one by
+    default) write first begin: `.NAME.PID.`; a random part and TEMP_SUFFIX follow."""
+    return f".{path.name}.{os.getpid() if pid is None else pid}."
+
+
+def temp_files(path: Path, pid: int | None = None) -> list[Path]:
+    """The temporary files (of any kind) beside path that saves by process pid (this one by
+    default) made: those in progress, and those a SIGKILL left behind."""
+    prefix = temp_prefix(path, pid)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return sorted(
+        path.parent / n for n in names if n.startswith(prefix) and n.endswith(TEMP_SUFFIX)
+    )
+
+
+def check_save_path(path: Path) -> None:
+    """SnapshotWriteError naming path unless a snapshot can be saved there: path is not a
+    directory, its folder exists, and a new file can be created in that folder (tried with a
+    temporary file, removed at once: permissions, ACLs, read-only mounts all answer). For
+    callers that do long work before they save (`swarmkv snapshot create`)."""
+    path = Path(path)
+    _check_target(path)
+    fd, tmp = _create_temp(path)
+    os.close(fd)
+    _remove(tmp)
+
+
+def _check_target(path: Path) -> None:
+    if path.is_dir():
+        raise SnapshotWriteError(f"cannot save a snapshot to {path}: it is a directory")
+    folder = path.parent
+    if not folder.is_dir():
+        why = f"{folder} is not a folder" if folder.exists() else f"no folder {folder}"
+        raise SnapshotWriteError(f"cannot save a snapshot to {path}: {why}")
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new, empty temporary file beside path, open for writing: its name is this save's
+    alone (O_EXCL, a random part), so concurrent saves from threads or processes never share
+    one; a name already taken (a leftover of a killed save) is skipped. Mode 0666 less the
+    umask, like any new file (tempfile.mkstemp would make the saved file 0600)."""
+    prefix = temp_prefix(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    for _ in range(_TEMP_TRIES):
+        tmp = path.with_name(f"{prefix}{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise SnapshotWriteError(
+                f"cannot save a snapshot to {path}: cannot create a file in {path.parent}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+    raise SnapshotWriteError(
+        f"cannot save a snapshot to {path}: {_TEMP_TRIES} temporary names beside it are taken"
+    )
 
 
 def write_atomically(path: Path, head: bytes, payload: memoryview) -> Path:
-    """Write head + payload under path atomically: a temporary file in the same folder
-    (temp_path), fsync, rename, fsync of the folder. A crash at any point leaves the old file
-    or the new one under path, never half of one. A failed write (a directory in the way, a
-    full disk, a file-size limit, an exception) removes its temporary file and raises
-    SnapshotWriteError; only a process killed outright (SIGKILL, power loss) mid-write can
-    leave a `.NAME.PID.tmp` beside path, which no load reads and a later save ignores."""
+    """Write head + payload under path atomically: a temporary file of this save's own in the
+    same folder (`.NAME.PID.RANDOM.tmp`, see _create_temp), fsync, rename, fsync of the
+    folder. A crash at any point leaves the old file or the new one under path, never half of
+    one, and saves racing from several threads or processes each rename a whole file of their
+    own (the last rename wins). A failed write (a directory in the way, a full disk, a
+    file-size limit, an exception) removes its temporary file and raises SnapshotWriteError;
+    only a process killed outright (SIGKILL, power loss) mid-write can leave a
+    `.NAME.PID.RANDOM.tmp` beside path, which no load reads and a later save ignores."""
     path = Path(path)
-    if path.is_dir():
-        raise SnapshotWriteError(f"cannot save a snapshot to {path}: it is a directory")
-    if not path.parent.is_dir():
-        raise SnapshotWriteError(f"cannot save a snapshot to {path}: no folder {path.parent}")
-    tmp = temp_path(path)
+    _check_target(path)
+    fd, tmp = _create_temp(path)
     try:
-        with tmp.open("wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(head)
             f.write(payload)
             f.flush()
@@ -454,8 +516,8 @@ def write_atomically(path: Path, head: bytes, payload: memoryview) -> Path:
 
 
 def _remove(tmp: Path) -> None:
-    """Remove a failed save's temporary file; never raise over the error being reported (a
-    directory of that name is not ours to remove)."""
+    """Remove a failed save's (or check_save_path's) temporary file; never raise over the
+    error being reported."""
     with contextlib.suppress(OSError):
         tmp.unlink(missing_ok=True)
 
@@ -484,6 +546,22 @@ def fsync_dir(folder: Path) -> None:
 def payload_digest(data: memoryview | bytes) -> str:
     """sha256 hex digest of the state bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(f: io.BufferedIOBase, offset: int, nbytes: int, chunk: int = 1 << 20) -> str | None:
+    """sha256 hex digest of the nbytes at offset of an open file, read a chunk at a time
+    (memory: one chunk, whatever nbytes is); None if the file ends first."""
+    digest = hashlib.sha256()
+    view = memoryview(bytearray(max(1, min(chunk, nbytes))))
+    f.seek(offset)
+    left = nbytes
+    while left:
+        got = f.readinto(view[: min(len(view), left)])
+        if not got:
+            return None
+        digest.update(view[:got])
+        left -= got
+    return digest.hexdigest()
 
 
 def open_snapshot_file(path: Path) -> io.BufferedReader:

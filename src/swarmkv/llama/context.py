@@ -1,8 +1,8 @@
-"""Context (llama_context); its settings, ContextConfig, live in context_config.py.
+"""Context (llama_context); its settings, ContextConfig, live in config.py.
 
 Ownership (see owned.py): a Context keeps its Model's native handle alive and is freed by
 llama_free once closed and no logits view made from it remains. Use one context from one
-thread at a time (concurrency.py). Every setting and batch is validated before the native
+thread at a time (pipeline/concurrency.py). Every setting and batch is validated before the native
 call, so bad input raises a SwarmKVError and never reaches a C++ exception or abort.
 """
 
@@ -62,7 +62,7 @@ class MemoryBytes:
 
 
 class Context(Owned):
-    """A llama_context. Use from one thread at a time (see concurrency.py)."""
+    """A llama_context. Use from one thread at a time (see pipeline/concurrency.py)."""
 
     def __init__(self, model: Model, config: ContextConfig | None = None, **overrides: Any) -> None:
         config = config or ContextConfig()
