@@ -210,3 +210,21 @@ def test_a_wait_that_times_out_raises_swarmkvs_timeout_error(tiny_model: Model) 
         assert isinstance(got.value, SwarmKVError) and isinstance(got.value, builtins.TimeoutError)
         with pytest.raises(SwarmTimeout, match="the swarm to drain"):
             sw.drain(0)
+
+
+def test_a_branch_reading_another_starts_when_that_one_ends_not_its_wave(
+    tiny_model: Model,
+) -> None:
+    """Before: fork mode decoded branches in waves, and wave k+1 waited for the whole of
+    wave k. Now a branch that reads `a` joins the running batch as soon as `a` finishes,
+    while the long `b` is still generating, and still answers what the baseline answers."""
+    with Pipeline(tiny_model, n_threads=1) as p:
+        p.prefill("doc", text=DOC_A)
+        p.branch("a", prompt=" short", n_predict=2)
+        p.branch("b", prompt=" long", n_predict=40)
+        p.branch("c", prompt=" after {a}:", after=["a"], n_predict=3)
+        fork = p.run(mode="fork")
+        base = p.run(mode="baseline")
+    assert fork["c"].first_token_ms < fork["b"].end_ms
+    for name in "abc":
+        assert fork[name].tokens == base[name].tokens, name
