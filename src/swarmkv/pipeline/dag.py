@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..checks import check_int, check_seconds
@@ -35,7 +35,16 @@ from ..process.threads import Worker, wait_all
 from .dag_graph import topo_order
 from .dag_graph import validate as validate_graph
 
-__all__ = ["Cancelled", "Dag", "DagResult", "Dep", "NodeContext", "NodeResult", "NodeStatus"]
+__all__ = [
+    "Cancelled",
+    "Dag",
+    "DagResult",
+    "Dep",
+    "NodeContext",
+    "NodeResult",
+    "NodeStatus",
+    "StopWhen",
+]
 
 _log = logging.getLogger("swarmkv.pipeline.dag")
 
@@ -47,6 +56,39 @@ NodeStatus = Literal["ok", "failed", "skipped", "cancelled"]
 
 class Cancelled(SwarmKVError):
     """Raised by `NodeContext.check_cancelled()`; a node raising it ends `cancelled`."""
+
+
+@dataclass
+class StopWhen:
+    """Why a run must stop, in this order: the caller's cancel Event, Ctrl-C (INTERRUPT), its
+    timeout. The one rule for a DAG run and for fork's engine loop, so both report the same
+    reasons."""
+
+    timeout_s: float | None = None
+    cancel: threading.Event | None = None
+    start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def deadline(self) -> float | None:
+        """perf_counter() at which the timeout fires, or None."""
+        return None if self.timeout_s is None else self.start + self.timeout_s
+
+    def reason(self) -> str | None:
+        """The reason to stop now, or None to go on."""
+        if self.cancel is not None and self.cancel.is_set():
+            return "cancelled"
+        if INTERRUPT.is_set():
+            return "interrupted"
+        deadline = self.deadline
+        if deadline is not None and time.perf_counter() >= deadline:
+            return f"pipeline timeout after {self.timeout_s:g} s"
+        return None
+
+    def check(self) -> None:
+        """Raise Cancelled with the reason, if there is one; call between steps."""
+        reason = self.reason()
+        if reason is not None:
+            raise Cancelled(reason)
 
 
 @dataclass(frozen=True)
@@ -199,10 +241,10 @@ class Dag:
         nodes = dict(self._nodes)  # a snapshot, so add() during a run cannot change it
         validate_graph(nodes)
         order = topo_order(nodes)
-        run = _Run(nodes, cancel)
+        run = _Run(nodes, StopWhen(timeout_s, cancel))
         workers: list[Worker] = []
         try:
-            run.supervise(order, timeout_s, max_workers or len(order) or 1, workers)
+            run.supervise(order, max_workers or len(order) or 1, workers)
         except BaseException:
             # Interrupted (or out of threads): stop every worker and wait for it to end.
             run.stop("interrupted")
@@ -250,9 +292,9 @@ def _outcome_of(result: NodeResult) -> _Outcome:
 class _Run:
     """The state of one run: fresh futures each time, so a Dag can be run again."""
 
-    def __init__(self, nodes: dict[str, _Node], cancel: threading.Event | None) -> None:
+    def __init__(self, nodes: dict[str, _Node], when: StopWhen) -> None:
         self._nodes = nodes
-        self._external = cancel
+        self._when = when
         self._lock = threading.Lock()
         self._stop: Future[None] = Future()
         self._stop_reason: str | None = None
@@ -277,13 +319,7 @@ class _Run:
 
     def cancel_reason(self) -> str | None:
         """Why the run must stop (stop(), the cancel Event, Ctrl-C), or None to go on."""
-        if self._stop_reason is not None:
-            return self._stop_reason
-        if self._external is not None and self._external.is_set():
-            return "cancelled"
-        if INTERRUPT.is_set():
-            return "interrupted"
-        return None
+        return self._stop_reason or self._when.reason()
 
     def publish(self, node: str, signal: str, value: Any) -> None:
         """Wake the dependents waiting on (node, signal) with value; once per signal."""
@@ -358,26 +394,21 @@ class _Run:
         self._done[node.name].set_result(outcome)
         _log.debug("node %s %s", node.name, result.status)
 
-    def supervise(
-        self, order: list[str], timeout_s: float | None, max_workers: int, workers: list[Worker]
-    ) -> None:
+    def supervise(self, order: list[str], max_workers: int, workers: list[Worker]) -> None:
         """Start each node on a worker once its inputs are ready and a worker is free, until
         every node is done, or until the deadline / cancel Event / Ctrl-C stops the run.
 
         Stopping only asks: the caller then joins the started workers (see Dag.run); nodes
         never started settle `cancelled` in collect().
         """
-        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        deadline = self._when.deadline
         waiting = [self._nodes[name] for name in order]
         running: list[tuple[_Node, Worker]] = []
         while waiting or running:
             now = time.perf_counter()
-            if self._external is not None and self._external.is_set():
-                self.stop("cancelled")
-            elif INTERRUPT.is_set():
-                self.stop("interrupted")
-            elif deadline is not None and now >= deadline:
-                self.stop(f"pipeline timeout after {timeout_s:g} s")
+            reason = self._when.reason()
+            if reason is not None:
+                self.stop(reason)
             if self._stop_reason is not None:
                 return
             # a node is running until it settles (its thread ends a moment later)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ...checks import check_seconds
 from ...engine.core import Engine
@@ -24,7 +23,7 @@ from ...llama.config import ContextConfig
 from ...llama.context import Context
 from ...llama.model import Model
 from ...process.interrupt import INTERRUPT, Interrupted
-from ..dag import Cancelled, Dag
+from ..dag import Cancelled, Dag, StopWhen
 from ..modes import ForkOptions
 from ..nodes import BranchNode
 from ..results import NodeOutcome
@@ -84,7 +83,7 @@ class ForkHandoff(Handoff):
         else:
             ctx = plan.context(plan.n_ctx, n_seq_max=n_seq, kv_unified=True)
         self._ctx = ctx  # closed by close(), whatever happens next
-        return _ForkRun(plan, self, _Stop(timeout_s, cancel), ctx).execute()
+        return _ForkRun(plan, self, StopWhen(timeout_s, cancel), ctx).execute()
 
     def close(self) -> None:
         """Close the shared context, if execute() made one."""
@@ -103,34 +102,10 @@ def share_prefix(plan: Plan, ctx: Context, seqs: list[int], w: int) -> None:
     plan.ledger.prefix_ready(w, share_ns=per_seq)
 
 
-@dataclass
-class _Stop:
-    """Why the run must stop, checked between steps: the caller's cancel Event, Ctrl-C, or
-    the timeout (the reasons Dag.run gives)."""
-
-    timeout_s: float | None
-    cancel: threading.Event | None
-    start: float = field(default_factory=time.perf_counter)
-
-    def reason(self) -> str | None:
-        if self.cancel is not None and self.cancel.is_set():
-            return "cancelled"
-        if INTERRUPT.is_set():
-            return "interrupted"
-        if self.timeout_s is not None and time.perf_counter() - self.start >= self.timeout_s:
-            return f"pipeline timeout after {self.timeout_s:g} s"
-        return None
-
-    def check(self) -> None:
-        reason = self.reason()
-        if reason is not None:
-            raise Cancelled(reason)
-
-
 class _ForkRun:
     """One fork run: the context, the engine, and each branch's outcome as it settles."""
 
-    def __init__(self, plan: Plan, mode: ForkHandoff, stop: _Stop, ctx: Context) -> None:
+    def __init__(self, plan: Plan, mode: ForkHandoff, stop: StopWhen, ctx: Context) -> None:
         self.plan, self.mode, self.stop, self.ctx = plan, mode, stop, ctx
         self.seq_of = {b.name: i + 1 for i, b in enumerate(plan.branches)}
         self.by_cut: dict[int, list[int]] = {}
