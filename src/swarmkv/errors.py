@@ -94,3 +94,16 @@ class SwarmKVWarning(UserWarning):
     meant (more threads than CPUs, a prompt's {word} kept as literal text). Python's warnings
     filter shows each message once per place by default; filter on this class to silence or
     raise them."""
+
+
+class QueueFullError(SwarmKVError):
+    """The server's queue holds its maximum of waiting requests (HTTP 429)."""
+
+
+class ContextLengthError(ContextBudgetError):
+    """A prompt plus its max_tokens cannot fit the context (HTTP 400
+    context_length_exceeded)."""
+
+
+class CancelledError(SwarmKVError):
+    """A request was cancelled (its client disconnected, or the server stopped)."""

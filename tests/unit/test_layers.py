@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["cli", "dist", "swarm", "pipeline", "engine", "kv", "llama", "_native", "process"]
+LAYERS = [
+    "cli", "dist", "swarm", "pipeline", "serve", "engine", "kv", "llama", "_native", "process",
+]  # fmt: skip
 
 
 def lint_imports(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -70,3 +72,34 @@ def test_a_violation_breaks_its_contract(
     )
     assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert module in proc.stdout and contract in proc.stdout.lower()
+
+
+WEB = {"fastapi", "starlette", "uvicorn", "prometheus_client", "pydantic"}
+
+
+def _web_imports(path: Path) -> list[str]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] in WEB]
+    return found
+
+
+def test_only_the_http_layer_imports_the_web_framework() -> None:
+    """The core never imports FastAPI, uvicorn or prometheus-client (the [serve] extra):
+    only serve/http does, and `swarmkv serve` loads uvicorn when it runs."""
+    pkg = ROOT / "src/swarmkv"
+    outside = [
+        hit
+        for path in pkg.rglob("*.py")
+        if "http" not in path.relative_to(pkg).parts[:2]
+        for hit in _web_imports(path)
+    ]
+    assert outside and all(h.startswith("serve.py:") and h.endswith(" uvicorn") for h in outside)
+    assert _web_imports(pkg / "serve/http/app.py"), "the check must see the HTTP layer's"

@@ -106,6 +106,15 @@ int32_t llama_model_meta_val_str(const struct llama_model * model, const char * 
 int32_t llama_model_desc(const struct llama_model * model, char * buf, size_t buf_size);
 uint64_t llama_model_size(const struct llama_model * model);
 uint64_t llama_model_n_params(const struct llama_model * model);
+const char * llama_model_chat_template(const struct llama_model * model, const char * name);
+
+/* chat templates (llama.cpp's built-in, non-Jinja renderer) */
+typedef struct llama_chat_message {
+    const char * role;
+    const char * content;
+} llama_chat_message;
+int32_t llama_chat_apply_template(const char * tmpl, const struct llama_chat_message * chat, size_t n_msg, bool add_ass, char * buf, int32_t length);
+int32_t llama_chat_builtin_templates(const char ** output, size_t len);
 
 /* context */
 struct llama_context_params llama_context_default_params(void);

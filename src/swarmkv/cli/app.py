@@ -47,6 +47,7 @@ from .output import (
     report_failures,
     write_json,
 )
+from .serve import add_parser as add_serve_parser
 from .snapshot import add_parser as add_snapshot_parser
 
 PROG = "swarmkv"
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_snapshot_parser(subs, _common)
     _add_bench(subs)
     add_info_parser(subs)
+    add_serve_parser(subs)
     return parser
 
 

@@ -194,6 +194,7 @@ class Engine:
             on_token=on_token,
             keep_logits=req.keep_logits,
             make_sampler=self.make_sampler,
+            on_row=req.on_row,
         )
         req.admit_ns = time.perf_counter_ns()
         self.waiting.remove(req)
@@ -248,7 +249,8 @@ class Engine:
         st = req.state
         assert st is not None and req.seq_id is not None
         st.t_end_ns = time.perf_counter_ns()
-        self.ctx.seq_rm(req.seq_id)
+        if not (req.keep_cells and st.error is None):
+            self.ctx.seq_rm(req.seq_id)
         with self.lock:
             self.live.remove(req)
             if req.own_seq and self.seq_ids is not None:
@@ -276,6 +278,19 @@ class Engine:
             err.__cause__ = exc
             req.state.fail(err)
             self._retire(req)
+
+    def cancel(self, req: Request, error: BaseException) -> None:
+        """Fail one request with error (its client went away): a live one is retired now,
+        its cells freed; a waiting one leaves the queue. A finished one is left as it is."""
+        if req in self.live:
+            assert req.state is not None
+            req.state.fail(error)
+            self._retire(req)
+        elif req in self.waiting:
+            with self.lock:
+                self.waiting.remove(req)
+            req.error = error
+            self._finish_unadmitted(req)
 
     def abort(self, error: BaseException) -> None:
         """Fail every live and waiting request with error (a stop, a close, a cancel)."""

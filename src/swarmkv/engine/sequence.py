@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..llama.sampling import SamplerConfig, TokenCallback
+from ..llama.sampling import RowCallback, SamplerConfig, TokenCallback
 
 if TYPE_CHECKING:
     from ..llama.context import Context
@@ -57,6 +57,7 @@ class BranchState:
     stop: tuple[str, ...] = ()
     on_token: TokenCallback | None = None
     keep_logits: bool | str = False  # True: first step's logits; "all": every step's
+    on_row: RowCallback | None = None
     tokens: list[int] = field(default_factory=list)
     step_logits: list[np.ndarray] = field(default_factory=list)
     capture_ns: int = 0
@@ -89,6 +90,8 @@ class BranchState:
             self.step_logits.append(ctx.logits(row).copy())
             self.capture_ns += time.perf_counter_ns() - t
         token = self.sampler.sample(ctx, row)
+        if self.on_row is not None:
+            self.on_row(ctx.logits(row), token)
         if self.t_first_ns is None:
             self.t_first_ns = time.perf_counter_ns()
         if self.model.is_eog(token):
@@ -140,6 +143,7 @@ def new_state(
     on_token: TokenCallback | None = None,
     keep_logits: bool | str = False,
     make_sampler: Any = None,
+    on_row: RowCallback | None = None,
 ) -> BranchState:
     """A branch about to decode its prompt at positions prefix_len, prefix_len+1, ...
     (make_sampler: the sampler chain's factory; default llama.batch.Sampler)."""
@@ -156,6 +160,7 @@ def new_state(
         stop=stop,
         on_token=on_token,
         keep_logits=keep_logits,
+        on_row=on_row,
     )
     state.t_start_ns = time.perf_counter_ns()
     return state

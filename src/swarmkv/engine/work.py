@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..llama.sampling import SamplerConfig, TokenCallback
+from ..llama.sampling import RowCallback, SamplerConfig, TokenCallback
 
 if TYPE_CHECKING:
     from .sequence import BranchState
@@ -91,6 +91,8 @@ class Request:
     token_ns: list[int] = field(default_factory=list)
     error: BaseException | None = None  # a failure before admission (its document's)
     own_seq: bool = False  # the engine took seq_id from its free list
+    keep_cells: bool = False  # a finished request's cells stay (the server's prefix cache)
+    on_row: RowCallback | None = None  # (logits row, sampled token): the server's logprobs
 
     @property
     def prompt_left(self) -> int:

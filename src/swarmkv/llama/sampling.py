@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..checks import check_int, check_number
 from ..errors import ConfigError
@@ -15,6 +16,9 @@ from .config import INT32_MAX
 
 # on_token(branch name, token id, decoded piece): called once per generated token
 TokenCallback = Callable[[str, int, str], None]
+# on_row(logits row, sampled token): called once per sample, before the token is recorded;
+# the row is llama.cpp's own buffer, valid only during the call
+RowCallback = Callable[[Any, int], None]
 
 
 @dataclass(frozen=True)

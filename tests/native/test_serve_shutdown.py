@@ -1,0 +1,87 @@
+"""`swarmkv serve` stops the way a service manager expects: SIGTERM (or Ctrl-C) stops
+accepting, lets in-flight requests finish within --grace, cancels the rest, and exits 0."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.serving import serve_process
+
+DOC = "A long answer is still being written when the server is told to stop. " * 4
+
+
+def _stream(v1: str, max_tokens: int, out: dict, started: threading.Event) -> None:
+    body = {"prompt": DOC, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    events = []
+    try:
+        with httpx.stream("POST", v1 + "/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    started.set()
+    except httpx.HTTPError as exc:
+        out["error"] = repr(exc)
+    out["events"] = events
+    started.set()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_drains_in_flight_requests_and_exits_0(
+    tiny_model_path: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    args = ["-m", str(tiny_model_path), "-c", "2048", "-t", "2", "--grace", "60"]
+    with serve_process(args, tmp_path) as s:
+        out: dict = {}
+        started = threading.Event()
+        t = threading.Thread(target=_stream, args=(s.v1, 1500, out, started))
+        t.start()
+        assert started.wait(60)
+        assert s.proc is not None
+        s.proc.send_signal(sig)
+        time.sleep(0.5)
+        with pytest.raises(httpx.ConnectError):  # no longer accepting
+            httpx.get(s.base + "/health", timeout=5)
+        t.join(120)
+        assert s.proc.wait(60) == 0, s.log.read_text() if s.log else ""
+    events = out["events"]
+    assert events[-1] == "[DONE]", out
+    last = json.loads(events[-2])
+    assert last["choices"][0]["finish_reason"] == "length"
+
+
+def test_grace_over_cancels_what_is_left_and_still_exits_0(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    args = [
+        "-m",
+        str(tiny_model_path),
+        "-c",
+        "2048",
+        "-t",
+        "2",
+        "--grace",
+        "0.3",
+        "--max-live",
+        "1",
+    ]
+    with serve_process(args, tmp_path) as s:
+        out: dict = {}
+        started = threading.Event()
+        t = threading.Thread(target=_stream, args=(s.v1, 1900, out, started))
+        t.start()
+        assert started.wait(60)
+        t0 = time.monotonic()
+        assert s.proc is not None
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 0
+        took = time.monotonic() - t0
+        t.join(60)
+    assert took < 30
+    assert "[DONE]" not in out.get("events", [])  # cut off, not finished

@@ -1,0 +1,122 @@
+"""A `swarmkv serve` for tests: the real CLI in a subprocess on a free loopback port, or the
+app in this process on uvicorn in a thread, and helpers to wait for it and read its cells."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .proc import child_env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(base: str, timeout_s: float = 120.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"swarmkv serve exited with {proc.returncode}")
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{base} did not become healthy in {timeout_s} s")
+
+
+@dataclass
+class Served:
+    """A running server: its base URL (no /v1), its process (or None in-process), its app."""
+
+    base: str
+    proc: subprocess.Popen | None = None
+    app: Any = None
+    log: Path | None = None
+
+    @property
+    def v1(self) -> str:
+        return self.base + "/v1"
+
+    def status(self, key: str | None = None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.get(self.v1 + "/status", headers=headers, timeout=10).json()
+
+
+@contextmanager
+def serve_process(args: Sequence[str], tmp: Path, timeout_s: float = 180.0) -> Iterator[Served]:
+    """`swarmkv serve ARGS --port FREE` in a subprocess; SIGTERM and a wait at the end."""
+    port = free_port()
+    log = tmp / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "swarmkv", "serve", "--port", str(port), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, timeout_s, proc)
+        yield Served(base, proc, log=log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@contextmanager
+def serve_in_thread(argv: Sequence[str]) -> Iterator[Served]:
+    """The app of `swarmkv serve ARGV` on uvicorn in a thread of this process (its runtime
+    reachable as .app.state.runtime); stopped and freed at the end."""
+    import uvicorn
+
+    from swarmkv.cli.app import build_parser
+    from swarmkv.serve.http.app import create_app
+    from swarmkv.serve.http.boot import boot
+
+    args = build_parser().parse_args(["serve", *argv])
+    runtime, settings = boot(args)
+    app = create_app(runtime, settings)
+    port = free_port()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, 60)
+        yield Served(base, app=app)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        runtime.close()
+        runtime.model.close()
