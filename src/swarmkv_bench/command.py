@@ -173,6 +173,13 @@ def _add_swarm_options(p: argparse.ArgumentParser) -> None:
         "--max-live", type=count(1, LLAMA_MAX_SEQ - 1), default=16, help="live branches at most"
     )
     g.add_argument("--seed", type=count(0), default=0, help="seed of the arrivals")
+    g.add_argument(
+        "--serve",
+        action="store_true",
+        help="agents through the openai client against `swarmkv serve` and llama-server "
+        "(-np 16 --kv-unified, -np 1), --trials seeds from --seed at the first of --rates; "
+        "writes serve.json",
+    )
 
 
 def run_swarm(args: argparse.Namespace) -> int:
@@ -248,6 +255,10 @@ def run(args: argparse.Namespace) -> int:
         read_document("doc", args.doc)  # found, a file, UTF-8: before the model loads
     if args.swarm:
         return run_swarm(args)
+    if args.serve:
+        from .serve_command import run_serve
+
+        return run_serve(args)
     from swarmkv.llama.models import default_model_path
 
     from .output import write_outputs

@@ -3,11 +3,8 @@ app in this process on uvicorn in a thread, and helpers to wait for it and read 
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -61,29 +58,14 @@ class Served:
 
 @contextmanager
 def serve_process(args: Sequence[str], tmp: Path, timeout_s: float = 180.0) -> Iterator[Served]:
-    """`swarmkv serve ARGS --port FREE` in a subprocess; SIGTERM and a wait at the end."""
-    port = free_port()
-    log = tmp / f"serve-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "swarmkv", "serve", "--port", str(port), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=child_env(),
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(base, timeout_s, proc)
-        yield Served(base, proc, log=log)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    """`swarmkv serve ARGS` in a subprocess (the bench's ServeProcess); SIGTERM at the end."""
+    from swarmkv_bench.serve_process import ServeProcess
+
+    server = ServeProcess(
+        args, log_path=tmp / "serve.log", env=child_env(), start_timeout_s=timeout_s
+    )
+    with server:
+        yield Served(server.base_url, server.proc, log=server.log_path)
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 from ...errors import SwarmKVError
 from ...llama.chat import ChatTemplate
 from ..runtime import Runtime
-from .complete import CHAT, COMPLETION, DEFAULT_MAX_TOKENS, Call
+from .complete import CHAT, COMPLETION, DEFAULT_CHAT_MAX_TOKENS, DEFAULT_MAX_TOKENS, Call, Kind
 from .errors import APIError, api_error
 from .metrics import Metrics
 from .schemas import ChatRequest, CompletionRequest
@@ -122,6 +122,10 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
     _errors(app)
     auth = _auth(settings)
 
+    def new_call(kind: Kind, body: Any, tokens: list[int], **kw: Any) -> Call:
+        ids = (settings.model_id, settings.fingerprint)
+        return Call(kind, runtime, metrics, *ids, body, tokens, **kw)
+
     @app.post("/v1/completions", response_model=None)
     async def completions(
         body: CompletionRequest, request: Request, scope: str | None = Depends(auth)
@@ -139,17 +143,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
                 if isinstance(body.prompt, str)
                 else runtime.model.detokenize(list(body.prompt))
             )
-        call = Call(
-            COMPLETION,
-            runtime,
-            metrics,
-            settings.model_id,
-            settings.fingerprint,
-            body,
-            tokens,
-            echo=echo,
-            top_logprobs=body.logprobs,
-        )
+        call = new_call(COMPLETION, body, tokens, echo=echo, top_logprobs=body.logprobs)
         return await _run(call, body.max_tokens or DEFAULT_MAX_TOKENS, scope, request, "prompt")
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -166,18 +160,11 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
         top = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-        call = Call(
-            CHAT,
-            runtime,
-            metrics,
-            settings.model_id,
-            settings.fingerprint,
-            body,
-            tokens,
-            top_logprobs=top,
-        )
+        call = new_call(CHAT, body, tokens, top_logprobs=top)
         max_tokens = body.max_completion_tokens or body.max_tokens
-        limit = max(1, runtime.ctx.n_ctx - len(tokens))
+        # no max_tokens: up to DEFAULT_CHAT_MAX_TOKENS, never past the context (a request
+        # reserves its generation room, so "the rest of the context" would run them one by one)
+        limit = max(1, min(DEFAULT_CHAT_MAX_TOKENS, runtime.ctx.n_ctx - len(tokens)))
         return await _run(call, max_tokens or limit, scope, request, "messages")
 
     @app.get("/v1/models")

@@ -20,6 +20,7 @@ from .schemas import Sampling
 from .stream import Choice, StopBuffer, collect_tokens
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+DEFAULT_CHAT_MAX_TOKENS = 1024  # chat without max_tokens (bounded by the context too)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,72 @@
+"""`swarmkv bench --serve`: options to ServeBenchOptions, the run, serve.json, the targets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+from .provenance import provenance
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run the serving benchmark (serve_bench.py); writes OUT/serve.json with provenance."""
+    from swarmkv.llama.model import Model
+    from swarmkv.llama.models import default_model_path
+
+    from .serve_bench import ServeBenchOptions, default_llama_server, run_serve_bench
+    from .workload import document
+
+    model_path = args.model or default_model_path()
+    n_head = args.doc_tokens[0]
+    with Model(model_path) as model:
+        head = document(model, n_head)
+    opts = ServeBenchOptions(
+        model=model_path,
+        head=head,
+        head_tokens=n_head,
+        agents=args.agents,
+        rate=args.rates[0],
+        n_predict=args.n_predict,
+        threads=args.threads or 2,
+        seeds=tuple(args.seed + i for i in range(args.trials)),
+        llama_server=default_llama_server() if args.peers != "none" else None,
+    )
+    command = shlex.join(["swarmkv", *sys.argv[1:]])
+    result = {"provenance": provenance(command, model_path), **run_serve_bench(opts)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "serve.json"
+    path.write_text(json.dumps(result, indent=2, allow_nan=False, default=str) + "\n")
+    sys.stdout.write(f"wrote {path}\n")
+    oh = result["http_overhead"]
+    sys.stdout.write(
+        f"  HTTP overhead: median {oh['median_overhead_ms']:.1f} ms (range "
+        f"{oh['overhead_range_ms'][0]:.1f} to {oh['overhead_range_ms'][1]:.1f}) over "
+        f"{oh['reps']} probes; target within 10 ms\n"
+    )
+    for line in target_lines(result["targets"]):
+        sys.stdout.write(line + "\n")
+    return 0
+
+
+def target_lines(t: dict[str, Any]) -> list[str]:
+    """The targets as lines: each trial's ratio, then the pass or fail of the worst."""
+    out = []
+    for i, peers in enumerate(t["p99_ttft_ratio"]):
+        shown = ", ".join(f"{k} {v:.2f}x" for k, v in peers.items())
+        out.append(
+            f"  trial {i}: p99 TTFT peer/swarmkv: {shown}; tokens/s swarmkv/best peer: "
+            f"{t['tokens_per_s_ratio'][i]:.2f}x"
+        )
+    out.append(f"  errors per trial: {t['errors']}; answers identical to alone: {t['identical']}")
+    if t["p99_ttft_ratio"]:
+        worst = min(min(p.values()) for p in t["p99_ttft_ratio"])
+        tps = min(t["tokens_per_s_ratio"])
+        out.append(
+            f"  {'PASS' if worst >= 5 else 'FAIL'} p99 TTFT >= 5x every peer (worst "
+            f"{worst:.2f}x); {'PASS' if tps >= 1.5 else 'FAIL'} tokens/s >= 1.5x "
+            f"(worst {tps:.2f}x)"
+        )
+    return out

@@ -1,0 +1,56 @@
+"""`swarmkv bench --serve` end to end on the tiny model: every system answers every agent,
+SwarmKV's answers equal the same requests sent alone, and serve.json carries provenance,
+the targets and the summary the results page reads (llama-server peers when CI built it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from support.proc import run, swarmkv_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def test_serve_bench_writes_a_complete_result(tiny_model_path: Path, tmp_path: Path) -> None:
+    peers = "all" if os.environ.get("SWARMKV_LLAMA_SERVER") else "none"
+    cmd = swarmkv_cmd(
+        "bench",
+        "--serve",
+        "-m",
+        str(tiny_model_path),
+        "--agents",
+        "4",
+        "--rates",
+        "4",
+        "--trials",
+        "2",
+        "--doc-tokens",
+        "200",
+        "-n",
+        "4",
+        "--peers",
+        peers,
+        "--out",
+        str(tmp_path),
+    )
+    proc = run(cmd, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "serve.json").read_text())
+    assert result["provenance"]["command"].startswith("swarmkv bench --serve")
+    assert len(result["trials"]) == 2
+    for trial in result["trials"]:
+        systems = {s["system"]: s for s in trial["systems"]}
+        assert ("server-np1" in systems) == (peers == "all")
+        for s in systems.values():
+            assert s["errors"] == 0 and len(s["agents"]) == 4
+            assert all(a["completion_tokens"] >= 1 for a in s["agents"])
+        mine = systems["swarmkv"]
+        assert mine["identical_to_alone"] == mine["compared"] == 4
+        assert mine["cached_tokens_mean"] >= 190  # the warmed head, read from the cache
+    assert len(result["http_overhead"]["serve_ttft_ms"]) == result["http_overhead"]["reps"]
+    assert set(result["summary"]["swarmkv"]) >= {"ttft_p99_ms", "tokens_per_s"}
+    assert "HTTP overhead" in proc.stdout
