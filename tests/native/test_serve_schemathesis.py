@@ -34,16 +34,20 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from schemathesis import Case, CheckContext, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import (
+    AcceptedNegativeData,
     content_type_conformance,
     negative_data_rejection,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
+
+from swarmkv.serve.http.schemas import ChatRequest, CompletionRequest
 
 from support.serving import Served, serve_process
 
@@ -56,8 +60,8 @@ CHAT = ("POST", "/v1/chat/completions")
 # Hypothesis examples per operation and generation mode. The GET routes take no parameters,
 # so Hypothesis runs each of them once whatever max_examples says.
 EXAMPLES: dict[tuple[str, str], dict[GenerationMode, int]] = {
-    COMPLETIONS: {GenerationMode.POSITIVE: 40, GenerationMode.NEGATIVE: 30},
-    CHAT: {GenerationMode.POSITIVE: 40, GenerationMode.NEGATIVE: 30},
+    COMPLETIONS: {GenerationMode.POSITIVE: 300, GenerationMode.NEGATIVE: 220},
+    CHAT: {GenerationMode.POSITIVE: 300, GenerationMode.NEGATIVE: 220},
 }
 GET_EXAMPLES = 5
 MIN_REQUESTS = 1000
@@ -89,6 +93,7 @@ POSITIVE_400_MESSAGES = (
     "echo with logprobs",  # echo + logprobs (prompt logprobs) is not supported
     "top_logprobs needs logprobs",  # chat: top_logprobs without logprobs: true
     "outside the vocabulary",  # a token id >= n_vocab
+    "NUL character",  # a NUL in a prompt or a message: llama.cpp takes C strings
 )
 
 
@@ -121,6 +126,8 @@ class Ledger:
     failures: dict[str, str] = field(default_factory=dict)  # one example per kind of failure
     slowest: tuple[float, str] = (0.0, "")
     refusals: dict[str, int] = field(default_factory=dict)
+    coerced: int = 0  # malformed bodies accepted only by pydantic's lax coercion (see lax_only)
+    coerced_example: str = ""
 
     def fail(self, kind: str, detail: str) -> None:
         self.failures.setdefault(kind, detail)
@@ -146,7 +153,8 @@ def whole_answer(ctx: CheckContext, response: Any, case: Case) -> None:
     `data: [DONE]` and carries no error event."""
     if response.status_code != 200 or case.method != "POST" or not isinstance(case.body, dict):
         return
-    n = case.body.get("n", 1)
+    n = as_int(case.body.get("n", 1))  # a lax-coerced n (2.0, "2") counts as its value
+    assert n is not None, case.body
     ctype = response.headers.get("content-type", [""])[0]
     if "text/event-stream" in ctype:
         lines = response.content.decode().split("\n\n")
@@ -209,8 +217,11 @@ def bounded(body: Any, chat: bool) -> Any:
     so a malformed body stays malformed."""
     if not isinstance(body, dict):
         return body
-    for key, cap in (("max_tokens", MAX_TOKENS), ("max_completion_tokens", MAX_TOKENS),
-                     ("n", MAX_N)):
+    for key, cap in (
+        ("max_tokens", MAX_TOKENS),
+        ("max_completion_tokens", MAX_TOKENS),
+        ("n", MAX_N),
+    ):
         value = body.get(key)
         number = None if isinstance(value, bool) else as_int(value)
         if number is not None and number > cap:
@@ -218,6 +229,26 @@ def bounded(body: Any, chat: bool) -> Any:
     if chat and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
         body["max_tokens"] = MAX_TOKENS
     return body
+
+
+def lax_only(path: str, body: Any) -> bool:
+    """Whether the app's request model takes body (as the server parsed it) only in pydantic's
+    lax mode, which turns "8", 8.0 and true into 8, 8.0 and 1 for an int, "true" and 1 into
+    True for a bool. Such a body breaks the schema and is answered anyway: a bug in
+    src/swarmkv/serve/http/schemas.py (no strict mode), tracked by the strict xfail
+    test_a_wrong_json_type_is_rejected. It is the one kind of accepted malformed body that
+    `Fuzz.send` counts instead of failing on."""
+    model = ChatRequest if path == CHAT[1] else CompletionRequest
+    parsed = json.loads(json.dumps(body))
+    try:
+        model.model_validate(parsed)
+    except ValidationError:
+        return False
+    try:
+        model.model_validate(parsed, strict=True)
+    except ValidationError:
+        return True
+    return False
 
 
 class Fuzz:
@@ -258,9 +289,22 @@ class Fuzz:
                 reason = f"{label}: {err['code']} {err['message'][:40]}"
                 self.ledger.refusals[reason] = self.ledger.refusals.get(reason, 0) + 1
                 self.positive_refusal(err)
-        except (FailureGroup, AssertionError) as exc:
-            kind = f"{label} {status} {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-            self.ledger.fail(kind, f"{exc}\n{curl}")
+        except FailureGroup as exc:
+            if (
+                status == 200
+                and all(isinstance(f, AcceptedNegativeData) for f in exc.exceptions)
+                and lax_only(case.path, case.body)
+            ):
+                self.ledger.coerced += 1
+                self.ledger.coerced_example = self.ledger.coerced_example or curl
+                return
+            self.fail(label, status, exc, curl)
+        except Exception as exc:  # an assertion of this file's checks, or a body they choke on
+            self.fail(label, status, exc, curl)
+
+    def fail(self, label: str, status: int, exc: Exception, curl: str) -> None:
+        first = (str(exc).splitlines() or [""])[0][:120]
+        self.ledger.fail(f"{label} {status} {type(exc).__name__}: {first}", f"{exc}\n{curl}")
 
     @staticmethod
     def positive_refusal(err: dict[str, Any]) -> None:
@@ -273,8 +317,18 @@ class Fuzz:
 
 @pytest.fixture(scope="module")
 def served(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    args = ["-m", str(tiny_model_path), "--chat-template", "chatml", "-c", "2048", "-t", "2",
-            "--max-live", "4"]
+    args = [
+        "-m",
+        str(tiny_model_path),
+        "--chat-template",
+        "chatml",
+        "-c",
+        "2048",
+        "-t",
+        "2",
+        "--max-live",
+        "4",
+    ]
     with serve_process(args, tmp_path_factory.mktemp("serve-fuzz")) as s:
         yield s
 
@@ -312,12 +366,15 @@ def test_every_documented_operation_survives_generated_requests(
         for mode, count in modes.items():
 
             @hypothesis.settings(
-                max_examples=count, deadline=None, database=None, phases=[
-                    hypothesis.Phase.explicit, hypothesis.Phase.generate],
+                max_examples=count,
+                deadline=None,
+                database=None,
+                phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
                 suppress_health_check=list(hypothesis.HealthCheck),
             )
-            @hypothesis.given(case=op.as_strategy(generation_mode=mode),
-                              served_model=st.integers(0, 3).map(bool))
+            @hypothesis.given(
+                case=op.as_strategy(generation_mode=mode), served_model=st.integers(0, 3).map(bool)
+            )
             def run(case: Case, served_model: bool) -> None:
                 fuzz.send(case, served_model)
 
@@ -331,8 +388,12 @@ def test_the_fuzz_sent_enough_and_reached_the_engine(ledger: Ledger) -> None:
     were answered (200), so generation itself was exercised, not only the validators."""
     print(f"sent {ledger.sent}: {ledger.by_status}; slowest {ledger.slowest[0]:.1f} s")
     print(ledger.positive_sent, ledger.positive_ok)
-    for k, v in sorted(ledger.refusals.items(), key=lambda kv: -kv[1]):
-        print(v, k)
+    print(
+        f"malformed bodies accepted by lax coercion: {ledger.coerced}, e.g. "
+        f"{ledger.coerced_example}"
+    )
+    for reason, count in sorted(ledger.refusals.items(), key=lambda kv: -kv[1]):
+        print(f"{count:5d} well-formed but refused: {reason}")
     assert ledger.sent >= MIN_REQUESTS, f"only {ledger.sent} requests sent: {ledger.by_status}"
     assert not any(s >= 500 for s in ledger.by_status), ledger.by_status
     for op in (COMPLETIONS, CHAT):
@@ -345,12 +406,15 @@ def test_the_server_is_healthy_and_answers_after_the_fuzz(served: Served, model_
     health = httpx.get(served.base + "/health", timeout=10)
     assert health.status_code == 200, health.text
     client = openai.OpenAI(base_url=served.v1, api_key="unused", max_retries=0, timeout=60)
-    out = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=6,
-                                    temperature=0)
+    out = client.completions.create(
+        model=model_id, prompt="Once upon a time", max_tokens=6, temperature=0
+    )
     assert out.choices[0].finish_reason == "length"
     assert out.usage is not None and out.usage.completion_tokens == 6
     chat = client.chat.completions.create(
-        model=model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+        model=model_id,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
         temperature=0,
     )
     assert chat.choices[0].message.content is not None
@@ -358,8 +422,11 @@ def test_the_server_is_healthy_and_answers_after_the_fuzz(served: Served, model_
     assert status["live"] == 0 and status["queued"] == 0, status
 
 
-@pytest.mark.xfail(strict=True, reason="src/swarmkv/serve/http/app.py: FastAPI's default "
-                   "responses (422, application/json only); reported, see the module docstring")
+@pytest.mark.xfail(
+    strict=True,
+    reason="src/swarmkv/serve/http/app.py: FastAPI's default "
+    "responses (422, application/json only); reported, see the module docstring",
+)
 def test_the_served_schema_describes_what_the_server_sends(raw_schema: dict[str, Any]) -> None:
     """The schema as served, unamended, documents the 400 errors, the event stream and the
     Prometheus text. Strict xfail: when src/ fixes it this passes, fails the run, and
@@ -369,3 +436,21 @@ def test_the_served_schema_describes_what_the_server_sends(raw_schema: dict[str,
         assert "400" in responses and "422" not in responses, sorted(responses)
         assert "text/event-stream" in responses["200"]["content"], responses["200"]
     assert "text/plain" in raw_schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="src/swarmkv/serve/http/schemas.py: pydantic's lax mode coerces wrong JSON types; "
+    "reported, see lax_only",
+)
+@pytest.mark.parametrize(
+    "wrong",
+    [{"max_tokens": "2"}, {"max_tokens": True}, {"echo": "true"}, {"prompt": [1.0]}, {"n": 1.0}],
+    ids=str,
+)
+def test_a_wrong_json_type_is_rejected(served: Served, wrong: dict[str, Any]) -> None:
+    """A value of the wrong JSON type is a 400, as the schema (and OpenAI) say. Strict xfail:
+    when src/ turns strict this passes, fails the run, and lax_only's exemption can go."""
+    body = {"prompt": "Hello", "max_tokens": 2, **wrong}
+    r = httpx.post(served.v1 + "/completions", json=body, timeout=60)
+    assert r.status_code == 400, f"{body} -> {r.status_code} {r.text[:200]}"
