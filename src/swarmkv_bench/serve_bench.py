@@ -28,8 +28,24 @@ from typing import Any
 from .peer_server import LlamaServer, ServerConfig, find_llama_server, log, size_n_ctx
 from .swarm_arrivals import Arrival, poisson_arrivals
 
-PROBE_WORDS = ("Amber", "Basalt", "Cedar", "Dune", "Ember", "Fjord", "Granite", "Harbor",
-               "Iris", "Juniper", "Kelp", "Lagoon", "Meadow", "Nectar", "Orchid", "Pebble")
+PROBE_WORDS = (
+    "Amber",
+    "Basalt",
+    "Cedar",
+    "Dune",
+    "Ember",
+    "Fjord",
+    "Granite",
+    "Harbor",
+    "Iris",
+    "Juniper",
+    "Kelp",
+    "Lagoon",
+    "Meadow",
+    "Nectar",
+    "Orchid",
+    "Pebble",
+)
 PEERS = {"server-np16-unified": (16, True), "server-np1": (1, False)}
 
 

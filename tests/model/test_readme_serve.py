@@ -39,8 +39,9 @@ def test_readme_curl_and_openai_calls_work(tmp_path: Path) -> None:
         answer = json.loads(out.stdout)
         assert answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] == 16
         code = _blocks("python")[0].replace("8000", port)
-        py = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+        py = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
         assert py.returncode == 0, py.stderr
         assert py.stdout.rstrip().endswith("-exact")
         assert answer["choices"][0]["text"] in py.stdout  # same request, same answer
