@@ -19,6 +19,21 @@ import httpx
 from .peer_server import HOST, free_port
 
 
+def wait_healthy(base: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Return once base/health answers 200; an error if proc exits first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"swarmkv serve exited with {proc.returncode}")
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{base} not healthy after {timeout_s} s")
+
+
 class ServeProcess:
     """`python -m swarmkv serve ARGS --port FREE`; output to log_path (a temporary file by
     default). `base_url` is http://127.0.0.1:PORT; `returncode` is set after stop()."""
@@ -60,22 +75,15 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
         )
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(
-                    f"swarmkv serve exited with {self.proc.returncode}: "
-                    + self.log_path.read_text(errors="replace")[-3000:]
-                )
-            try:
-                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"swarmkv serve not healthy after {self.start_timeout_s} s")
+        try:
+            wait_healthy(self.base_url, self.start_timeout_s, self.proc)
+        except RuntimeError as exc:  # it exited: say why, from its log
+            self.stop()
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{exc}: {tail}") from None
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM, wait, then SIGKILL the process group; returns the exit status."""

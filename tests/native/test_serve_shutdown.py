@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.serving import serve_process
+from support.serving import serve_process, tiny_args
 
 DOC = "A long answer is still being written when the server is told to stop. " * 4
 
@@ -32,17 +32,23 @@ def _stream(v1: str, max_tokens: int, out: dict, started: threading.Event) -> No
     started.set()
 
 
+def _streaming(v1: str, max_tokens: int) -> tuple[threading.Thread, dict]:
+    """A streaming request on its own thread, returned once its first event has arrived."""
+    out: dict = {}
+    started = threading.Event()
+    t = threading.Thread(target=_stream, args=(v1, max_tokens, out, started))
+    t.start()
+    assert started.wait(60)
+    return t, out
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_drains_in_flight_requests_and_exits_0(
     tiny_model_path: Path, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    args = ["-m", str(tiny_model_path), "-c", "2048", "-t", "2", "--grace", "120"]
+    args = tiny_args(tiny_model_path, "--grace", "120")
     with serve_process(args, tmp_path) as s:
-        out: dict = {}
-        started = threading.Event()
-        t = threading.Thread(target=_stream, args=(s.v1, 300, out, started))
-        t.start()
-        assert started.wait(60)
+        t, out = _streaming(s.v1, 300)
         assert s.proc is not None
         s.proc.send_signal(sig)
         time.sleep(0.5)
@@ -59,24 +65,9 @@ def test_stop_signal_drains_in_flight_requests_and_exits_0(
 def test_grace_over_cancels_what_is_left_and_still_exits_0(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:
-    args = [
-        "-m",
-        str(tiny_model_path),
-        "-c",
-        "2048",
-        "-t",
-        "2",
-        "--grace",
-        "0.3",
-        "--max-live",
-        "1",
-    ]
+    args = tiny_args(tiny_model_path, "--grace", "0.3", "--max-live", "1")
     with serve_process(args, tmp_path) as s:
-        out: dict = {}
-        started = threading.Event()
-        t = threading.Thread(target=_stream, args=(s.v1, 1900, out, started))
-        t.start()
-        assert started.wait(60)
+        t, out = _streaming(s.v1, 1900)
         t0 = time.monotonic()
         assert s.proc is not None
         s.proc.send_signal(signal.SIGTERM)

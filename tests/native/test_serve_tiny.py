@@ -12,25 +12,14 @@ import httpx
 import openai
 import pytest
 
-from support.serving import Served, serve_in_thread
+from support.serving import Served, serve_in_thread, tiny_args
 
 DOC = "SwarmKV prefills a shared document once and fans its state out to many branches. " * 8
 
 
 @pytest.fixture(scope="module")
 def served(tiny_model_path: Path) -> Iterator[Served]:
-    argv = [
-        "-m",
-        str(tiny_model_path),
-        "-c",
-        "2048",
-        "-t",
-        "2",
-        "--max-live",
-        "8",
-        "--chat-template",
-        "chatml",
-    ]
+    argv = tiny_args(tiny_model_path, "--max-live", "8", "--chat-template", "chatml")
     with serve_in_thread(argv) as s:
         yield s
 
@@ -219,20 +208,15 @@ def test_malformed_json_context_length_and_size_limits(served: Served) -> None:
 
 
 def test_api_keys_and_isolation_between_them(tiny_model_path: Path) -> None:
-    argv = [
-        "-m",
-        str(tiny_model_path),
-        "-c",
-        "2048",
-        "-t",
-        "2",
+    argv = tiny_args(
+        tiny_model_path,
         "--api-key",
         "alice-key-1",
         "--api-key",
         "bob-key-22",
         "--prefix-scope",
         "key",
-    ]
+    )
     with serve_in_thread(argv) as s:
         assert _post(s, "/completions", json={"prompt": "x"}).status_code == 401
         bad = {"Authorization": "Bearer wrong-key-0"}
@@ -253,18 +237,7 @@ def test_api_keys_and_isolation_between_them(tiny_model_path: Path) -> None:
 
 
 def test_a_full_queue_answers_429_with_retry_after(tiny_model_path: Path) -> None:
-    argv = [
-        "-m",
-        str(tiny_model_path),
-        "-c",
-        "2048",
-        "-t",
-        "2",
-        "--max-live",
-        "1",
-        "--max-queue",
-        "1",
-    ]
+    argv = tiny_args(tiny_model_path, "--max-live", "1", "--max-queue", "1")
     with serve_in_thread(argv) as s:
         body = {"prompt": DOC, "max_tokens": 200, "temperature": 0}
 

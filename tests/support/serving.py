@@ -3,10 +3,8 @@ app in this process on uvicorn in a thread, and helpers to wait for it and read 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,27 +13,15 @@ from typing import Any
 
 import httpx
 
+from swarmkv_bench.peer_server import free_port
+from swarmkv_bench.serve_process import ServeProcess, wait_healthy
+
 from .proc import child_env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_healthy(base: str, timeout_s: float = 120.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"swarmkv serve exited with {proc.returncode}")
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{base} did not become healthy in {timeout_s} s")
+def tiny_args(model: Path, *extra: str) -> list[str]:
+    """`swarmkv serve` flags for a tiny model: a small context, both cores, then extra."""
+    return ["-m", str(model), "-c", "2048", "-t", "2", *extra]
 
 
 @dataclass
@@ -59,8 +45,6 @@ class Served:
 @contextmanager
 def serve_process(args: Sequence[str], tmp: Path, timeout_s: float = 180.0) -> Iterator[Served]:
     """`swarmkv serve ARGS` in a subprocess (the bench's ServeProcess); SIGTERM at the end."""
-    from swarmkv_bench.serve_process import ServeProcess
-
     server = ServeProcess(
         args, log_path=tmp / "serve.log", env=child_env(), start_timeout_s=timeout_s
     )

@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=args.grace,
             lifespan="off",
         )
-        server = _Server(config, runtime)
+        server = uvicorn.Server(config)
+        _mark_draining_on_signal(server, runtime)
         log.info(
             "model %s, chat template %s, fingerprint %s",
             settings.model_id,
@@ -148,19 +149,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Server:
-    """uvicorn's Server, marking the runtime as draining as soon as a stop signal lands (so
-    /health says so and new requests get 503)."""
+def _mark_draining_on_signal(server: Any, runtime: Any) -> None:
+    """uvicorn's stop-signal handler, which also marks the runtime as draining as soon as
+    the signal lands (so /health says so and new requests get 503). uvicorn installs
+    `server.handle_exit` when it starts serving, so wrapping the instance's is enough."""
+    handle = server.handle_exit
 
-    def __new__(cls, config: Any, runtime: Any) -> Any:
-        import uvicorn
+    def on_signal(sig: int, frame: Any) -> None:
+        runtime.stop_accepting()
+        handle(sig, frame)
 
-        class Server(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                runtime.stop_accepting()
-                super().handle_exit(sig, frame)
-
-        return Server(config)
+    server.handle_exit = on_signal
 
 
 def _quiet_reraise() -> None:

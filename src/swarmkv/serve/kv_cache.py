@@ -154,14 +154,12 @@ class PrefixCache:
         self.idle[seq] = None
 
     def _insert(self, seq: int, tokens: list[int], scope: str | None, writer: int) -> None:
-        shared = self.tree.holds(seq) if seq in self.tree.seqs else self._shared_len(seq)
+        # tokens seq held before: its path in the tree, or (first insert) what seq_cp gave it
+        shared = self.tree.holds(seq) or self._sharing.pop(seq, 0)
         new = self.tree.insert(seq, tokens, scope, writer)
         dup = len(tokens) - shared - new
         if dup:
             self.dups[seq] = self.dups.get(seq, 0) + dup
-
-    def _shared_len(self, seq: int) -> int:
-        return self._sharing.pop(seq, 0)
 
     def drop(self, seq: int) -> None:
         """Free an idle sequence's cells (seq_rm) and id."""
@@ -190,10 +188,10 @@ class PrefixCache:
         position, and no position in a free sequence. Empty when they agree."""
         out = []
         for seq in self.tree.seqs:
-            held = self.tree.holds(seq)
-            last = self.ctx.seq_pos_max(seq)
             if seq in self.live:
                 continue  # decoding: its cells grow step by step
+            held = self.tree.holds(seq)
+            last = self.ctx.seq_pos_max(seq)
             if last is None or last + 1 != held:
                 out.append(f"seq {seq}: the tree says {held} tokens, llama.cpp {last}")
         for seq in self.free:

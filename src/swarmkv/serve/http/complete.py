@@ -16,7 +16,7 @@ from ..job import DoneEvent, ErrorEvent, Event, Job, TokenEvent
 from ..runtime import Runtime
 from .errors import api_error
 from .metrics import Metrics
-from .schemas import Sampling
+from .schemas import MAX_N, Sampling
 from .stream import Choice, StopBuffer, collect_tokens
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -62,7 +62,7 @@ class Call:
         """Queue n jobs; the first's prompt prefill is shared by the others (the runtime
         makes them wait for it). Choice i samples with seed + i."""
         body = self.body
-        seed = body.seed if body.seed is not None else secrets.randbelow(2**32 - MAX_CHOICES)
+        seed = body.seed if body.seed is not None else secrets.randbelow(2**32 - MAX_N)
         stops = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
         loop = asyncio.get_running_loop()
         try:
@@ -270,9 +270,6 @@ class Call:
                 "choices": [choice],
             }
         )
-
-
-MAX_CHOICES = 16
 
 
 def api_error_body(exc: BaseException) -> dict[str, Any]:

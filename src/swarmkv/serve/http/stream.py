@@ -53,7 +53,9 @@ class StopBuffer:
         if self._stopped:
             return ""
         held = self._held + text
-        if any(s in self.sent[-len(s) :] + held for s in self.stops):
+        # what was sent never ends in a stop's prefix (that is held), so a stop cannot
+        # straddle the two: held alone says whether one has appeared
+        if any(s in held for s in self.stops):
             self._held, self._stopped = held, True
             return ""
         keep = 0
