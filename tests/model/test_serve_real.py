@@ -41,18 +41,18 @@ def test_one_request_three_ways_same_bytes(model: sk.Model, tmp_path: Path) -> N
     with serve_process(ARGS, tmp_path) as s:
         alone = _answer(create(openai.OpenAI(base_url=s.v1, api_key="x"), probe))
     with serve_process(ARGS, tmp_path) as s:
-        ac = openai.AsyncOpenAI(base_url=s.v1, api_key="x", timeout=600)
 
         async def crowd() -> list[openai.types.Completion]:
-            mid = (await ac.models.list()).data[0].id
-            return await asyncio.gather(
-                *(
-                    ac.completions.create(
-                        model=mid, prompt=p, max_tokens=32, temperature=0, logprobs=2
+            async with openai.AsyncOpenAI(base_url=s.v1, api_key="x", timeout=600) as ac:
+                mid = (await ac.models.list()).data[0].id
+                return await asyncio.gather(
+                    *(
+                        ac.completions.create(
+                            model=mid, prompt=p, max_tokens=32, temperature=0, logprobs=2
+                        )
+                        for p in prompts
                     )
-                    for p in prompts
                 )
-            )
 
         results = asyncio.run(crowd())
         among = _answer(results[17])

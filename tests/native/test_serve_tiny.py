@@ -4,6 +4,7 @@ reuse, exactness under load, and the cells coming back after requests end or dis
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,20 +90,18 @@ def test_same_answer_alone_among_many_and_from_the_cache(tiny_model_path: Path) 
         c = openai.OpenAI(base_url=s.v1, api_key="x", max_retries=0)
         cold = _complete(c, prompt, logprobs=2).model_dump_json()
     with serve_in_thread(argv) as s:
-        ac = openai.AsyncOpenAI(base_url=s.v1, api_key="x", max_retries=0)
+        model = _model(openai.OpenAI(base_url=s.v1, api_key="x"))
 
         async def many() -> list[str]:
-            reqs = [
-                ac.completions.create(
-                    model=_model(openai.OpenAI(base_url=s.v1, api_key="x")),
-                    prompt=p,
-                    max_tokens=12,
-                    temperature=0,
-                    logprobs=2,
-                )
-                for p in [DOC + f"Other question {i}:" for i in range(11)] + [prompt]
-            ]
-            return [r.model_dump_json() for r in await asyncio.gather(*reqs)]
+            # closed on this loop (a client left open is closed later, on a closed loop)
+            async with openai.AsyncOpenAI(base_url=s.v1, api_key="x", max_retries=0) as ac:
+                reqs = [
+                    ac.completions.create(
+                        model=model, prompt=p, max_tokens=12, temperature=0, logprobs=2
+                    )
+                    for p in [DOC + f"Other question {i}:" for i in range(11)] + [prompt]
+                ]
+                return [r.model_dump_json() for r in await asyncio.gather(*reqs)]
 
         crowd = asyncio.run(many())[-1]
         c = openai.OpenAI(base_url=s.v1, api_key="x", max_retries=0)
@@ -182,6 +181,8 @@ def _post(served: Served, path: str, **kw: object) -> httpx.Response:
         ({"prompt": "x", "n": 17}, "n"),
         ({"prompt": "x", "logprobs": 21}, "logprobs"),
         ({"prompt": "x", "temperature": "hot"}, "temperature"),
+        ({"prompt": "x", "max_tokens": "3"}, "max_tokens"),  # strict: no coercion
+        ({"prompt": "x", "stream": "true"}, "stream"),
         ({"prompt": "x", "model": "gpt-9"}, "model"),
         ({"prompt": [99999999]}, "prompt"),
     ],
@@ -198,13 +199,17 @@ def test_malformed_json_context_length_and_size_limits(served: Served) -> None:
     r = _post(
         served, "/completions", content=b"{not json", headers={"content-type": "application/json"}
     )
-    assert r.status_code == 400 and "error" in r.json()
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["code"] == "invalid_json" and err["param"] is None, err
+    assert "malformed JSON" in err["message"], err
     r = _post(served, "/completions", json={"prompt": DOC * 30, "max_tokens": 10})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     r = _post(served, "/completions", content=b"x" * (9 << 20))
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
     r = httpx.get(served.base + "/nowhere")
     assert r.status_code == 404 and "error" in r.json()
+    r = httpx.get(served.v1 + "/completions")  # the wrong method: 405 says which are right
+    assert r.status_code == 405 and r.headers["allow"] == "POST", r.headers
 
 
 def test_api_keys_and_isolation_between_them(tiny_model_path: Path) -> None:
@@ -254,30 +259,59 @@ def test_a_full_queue_answers_429_with_retry_after(tiny_model_path: Path) -> Non
         assert r429.json()["error"]["type"] == "rate_limit_error"
 
 
-def test_disconnects_mid_stream_give_every_cell_back(served: Served) -> None:
-    """Clients that drop a stream after a few tokens: their branches are cancelled and the
-    cells in use return to what they were (llama.cpp's cells audited against the tree)."""
+def test_disconnects_mid_stream_give_every_cell_back(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clients that drop a request at a random point (a stream after 1-8 events, or a plain
+    request by timing out): their branches are cancelled and the cells in use return to what
+    they were (llama.cpp's cells audited against the tree), with nothing logged as an error."""
+    import random
+
     from support.scale import scaled
 
     rt = served.app.state.runtime
-    idle_before = rt.idle_cells
-    prompts = [DOC + f"Disconnect {i}:" for i in range(scaled(20, floor=10))]
+    rng = random.Random(25)
+    prompts = [DOC + f"Disconnect {i}:" for i in range(scaled(100, floor=20))]
     # warm: each prompt's own run resident once, so the loop itself adds nothing
     for p in prompts[:1]:
         httpx.post(served.v1 + "/completions", json={"prompt": p, "max_tokens": 1}, timeout=60)
     idle_before = rt.idle_cells
     with httpx.Client(timeout=60) as hc:
-        for i, p in enumerate(prompts):
-            body = {"prompt": p, "max_tokens": 100, "stream": True, "temperature": 0}
-            with hc.stream("POST", served.v1 + "/completions", json=body) as r:
+        for p in prompts:
+            body = {"prompt": p, "max_tokens": 100, "temperature": 0}
+            if rng.random() < 0.2:  # a plain request the client gives up on
+                with pytest.raises(httpx.ReadTimeout):
+                    hc.post(served.v1 + "/completions", json=body, timeout=rng.uniform(0.01, 0.1))
+                continue
+            after = rng.randint(1, 8)
+            with hc.stream("POST", served.v1 + "/completions", json={**body, "stream": True}) as r:
                 for n, _line in enumerate(r.iter_lines()):
-                    if n >= 1 + i % 4:
+                    if n >= after:
                         break
     _wait(lambda: rt.status()["live"] == 0)
     assert rt.status()["queued"] == 0
     assert _audit(served) == []
     # cancelled requests keep nothing: only the warm-up's resident run differs, once
     assert rt.idle_cells == idle_before
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+def test_tokens_per_s_counts_a_stream_while_it_runs(served: Served) -> None:
+    """The status page's tokens/s counts tokens as they come, not when a request ends."""
+    rt = served.app.state.runtime
+    finished = rt.status()["finished"]
+    body = {"prompt": DOC + "Counting:", "max_tokens": 400, "stream": True, "temperature": 0}
+    with (
+        httpx.Client(timeout=60) as hc,
+        hc.stream("POST", served.v1 + "/completions", json=body) as r,
+    ):
+        lines = r.iter_lines()
+        for _ in range(6):
+            next(lines)
+        st = rt.status()
+    assert st["finished"] == finished and st["tokens_per_s"] > 0, st
+    _wait(lambda: rt.status()["live"] == 0)  # the closed stream's branch cancelled
 
 
 def _wait(cond: object, timeout_s: float = 30) -> None:

@@ -117,7 +117,8 @@ class Runtime:
         self._draining = False
         self._stop = False
         self.finished = 0
-        self.tokens_out: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
+        # tokens generated in each whole second of the last 10 s: [second, count]
+        self.tokens_out: deque[list[int]] = deque()
         self.started = time.monotonic()
         self._worker = Worker("serve-engine", self._serve)
 
@@ -176,9 +177,13 @@ class Runtime:
             on_row=job.take_row,
         )
         model = self.model
-        req.on_token = lambda _n, token, _p: job.on_event(
-            job.token_event(token, model.token_to_piece(token))
-        )
+
+        def on_token(_name: str, token: int, _piece: str) -> None:
+            job.on_event(job.token_event(token, model.token_to_piece(token)))
+            with self.cond:  # as it is generated, so a stream's tokens count while it runs
+                self._count_tokens(1)
+
+        req.on_token = on_token
         req.on_finish = lambda r: self._finished(job, r)
         return req
 
@@ -281,7 +286,6 @@ class Runtime:
                 gen = st.tokens if st.stop_reason == "eog" else st.tokens[:-1]
                 self.cache.retire(job.seq, job.id, job.tokens + gen, job.scope)
                 self.finished += 1
-                self._count_tokens(len(st.tokens))
             self.cond.notify_all()
         if error is not None:
             job.on_event(ErrorEvent(error))
@@ -302,9 +306,12 @@ class Runtime:
         )
 
     def _count_tokens(self, n: int) -> None:
-        now = time.monotonic()
-        self.tokens_out.append((now, n))
-        while self.tokens_out and self.tokens_out[0][0] < now - 10.0:
+        second = int(time.monotonic())
+        if self.tokens_out and self.tokens_out[-1][0] == second:
+            self.tokens_out[-1][1] += n
+        else:
+            self.tokens_out.append([second, n])
+        while self.tokens_out[0][0] < second - 10:
             self.tokens_out.popleft()
 
     # -- reading and stopping -----------------------------------------------------------------
@@ -314,7 +321,7 @@ class Runtime:
             cache = self.cache
             reused, computed = cache.reused_tokens, cache.computed_tokens
             now = time.monotonic()
-            recent = sum(n for t, n in self.tokens_out if t >= now - 10.0)
+            recent = sum(n for t, n in self.tokens_out if t >= now - 10.0)  # whole seconds
             return {
                 "live": len(cache.live),
                 "queued": len(self.queue),

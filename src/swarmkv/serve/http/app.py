@@ -23,13 +23,19 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from ...errors import SwarmKVError
 from ...llama.chat import ChatTemplate
 from ..runtime import Runtime
+from . import openapi
 from .complete import CHAT, COMPLETION, DEFAULT_CHAT_MAX_TOKENS, DEFAULT_MAX_TOKENS, Call, Kind
 from .errors import APIError, api_error
 from .metrics import Metrics
@@ -120,13 +126,14 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
     metrics = Metrics(runtime.status)
     app.state.runtime, app.state.settings, app.state.metrics = runtime, settings, metrics
     _errors(app)
+    openapi.install(app)
     auth = _auth(settings)
 
     def new_call(kind: Kind, body: Any, tokens: list[int], **kw: Any) -> Call:
         ids = (settings.model_id, settings.fingerprint)
         return Call(kind, runtime, metrics, *ids, body, tokens, **kw)
 
-    @app.post("/v1/completions", response_model=None)
+    @app.post("/v1/completions", response_model=None, responses=openapi.COMPLETION)
     async def completions(
         body: CompletionRequest, request: Request, scope: str | None = Depends(auth)
     ) -> Any:
@@ -146,7 +153,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
         call = new_call(COMPLETION, body, tokens, echo=echo, top_logprobs=body.logprobs)
         return await _run(call, body.max_tokens or DEFAULT_MAX_TOKENS, scope, request, "prompt")
 
-    @app.post("/v1/chat/completions", response_model=None)
+    @app.post("/v1/chat/completions", response_model=None, responses=openapi.COMPLETION)
     async def chat(body: ChatRequest, request: Request, scope: str | None = Depends(auth)) -> Any:
         _check_model(settings, body.model)
         if settings.chat_template is None:
@@ -167,7 +174,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
         limit = max(1, min(DEFAULT_CHAT_MAX_TOKENS, runtime.ctx.n_ctx - len(tokens)))
         return await _run(call, max_tokens or limit, scope, request, "messages")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=openapi.GUARDED)
     async def models(_: str | None = Depends(auth)) -> dict[str, Any]:
         tmpl = settings.chat_template
         return {
@@ -186,7 +193,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
             ],
         }
 
-    @app.get("/health")
+    @app.get("/health", responses=openapi.HEALTH)
     async def health() -> JSONResponse:
         st = runtime.status()
         ok = not runtime.draining
@@ -195,11 +202,11 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
             status_code=200 if ok else 503,
         )
 
-    @app.get("/metrics")
+    @app.get("/metrics", responses=openapi.METRICS)
     async def prometheus(_: str | None = Depends(auth)) -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/status")
+    @app.get("/v1/status", responses=openapi.GUARDED)
     async def status(_: str | None = Depends(auth)) -> dict[str, Any]:
         out = runtime.status()
         out.update(
@@ -227,9 +234,13 @@ async def _run(call: Call, max_tokens: int, scope: str | None, request: Request,
             call.sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
     try:
-        return await call.answer(lambda: _disconnected(request))
+        answer = await call.answer(lambda: _disconnected(request))
     except SwarmKVError as exc:
+        call.cancel()  # the failed choice's siblings
         raise api_error(exc, param) from exc
+    if answer is None:  # nobody reads it; 499 (nginx's "client closed request") in /metrics
+        return Response(status_code=499)
+    return answer
 
 
 async def _disconnected(request: Request) -> None:
@@ -300,6 +311,11 @@ def _errors(app: FastAPI) -> None:
     async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
         first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":  # its loc is a character position
+            error = first.get("ctx", {}).get("error", "")
+            where, pos = "", first.get("loc", ("body", "?"))[-1]
+            msg = f"malformed JSON ({error} at character {pos})"
+            return APIError(400, f"invalid request body: {msg}", code="invalid_json").response()
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         msg = first.get("msg", "invalid request")
         where = ".".join(loc)
@@ -309,7 +325,8 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return APIError(exc.status_code, str(exc.detail), type=kind).response()
+        headers = dict(exc.headers or {})  # e.g. a 405's Allow
+        return APIError(exc.status_code, str(exc.detail), type=kind, headers=headers).response()
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

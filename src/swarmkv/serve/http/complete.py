@@ -100,21 +100,22 @@ class Call:
                 self.runtime.cancel(job)
 
     # -- one JSON answer ----------------------------------------------------------------------
-    async def answer(self, disconnected: Callable[[], Any]) -> dict[str, Any]:
-        """Wait for every choice; cancels them all if the client disconnects first."""
+    async def answer(self, disconnected: Callable[[], Any]) -> dict[str, Any] | None:
+        """Wait for every choice. None if the client disconnects first: every choice is
+        cancelled and nobody is left to answer."""
         gather = asyncio.ensure_future(asyncio.gather(*(self._events(c) for c in self.choices)))
         watch = asyncio.ensure_future(disconnected())
         try:
             done, _ = await asyncio.wait({gather, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if gather not in done:
-                raise asyncio.CancelledError("the client disconnected")
-            results = gather.result()
-        except BaseException:
-            gather.cancel()
-            self.cancel()
+        except BaseException:  # the handler itself was cancelled (the server stopping)
+            self._abandon(gather)
             raise
         finally:
             watch.cancel()
+        if gather not in done:
+            self._abandon(gather)
+            return None
+        results = gather.result()
         out, usage = [], None
         for choice, events in zip(self.choices, results, strict=True):
             tokens, end = collect_tokens(events)
@@ -130,6 +131,12 @@ class Call:
             "choices": out,
             "usage": usage,
         }
+
+    def _abandon(self, gather: asyncio.Future[Any]) -> None:
+        gather.cancel()
+        # retrieve its outcome, so asyncio logs no "exception was never retrieved"
+        gather.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.cancel()
 
     @staticmethod
     async def _events(choice: Choice) -> list[Event]:
