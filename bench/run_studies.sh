@@ -6,12 +6,12 @@
 #
 #   bash bench/run_studies.sh [STUDY ...]     # default: all of them, in this order
 #
-# Studies: paper branches exactness kernels snapshots swarm ray
+# Studies: paper branches exactness kernels snapshots swarm serve ray
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/results
 studies=("$@")
-[[ ${#studies[@]} -gt 0 ]] || studies=(paper branches exactness kernels snapshots swarm ray)
+[[ ${#studies[@]} -gt 0 ]] || studies=(paper branches exactness kernels snapshots swarm serve ray)
 
 paper() {
     # The seed paper's shape: a 3501-token document, 2 branches, 16 tokens, both kernel kinds.
@@ -58,6 +58,13 @@ swarm() {
     # the three seeds at 5/s: every system's and every target's median [min-max]
     python bench/swarm_runs.py --rate 5 "$out"/swarm/rate5-seed{1,2,3} \
         -o "$out/swarm/rate5-seeds.json" >/dev/null
+}
+
+serve() {
+    # 50 agents through the openai async client against swarmkv serve and llama-server
+    # (-np 16 --kv-unified; -np 1 with its prompt cache), three seeds; the HTTP overhead probe.
+    bash bench/build_llama_server.sh >/dev/null
+    swarmkv bench --serve --agents 50 --rates 2 --trials 3 -t 2 --out "$out/serve"
 }
 
 ray() {

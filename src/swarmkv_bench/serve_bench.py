@@ -145,6 +145,27 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
 
 
+def in_flight(agents: Sequence[Agent], arrivals: Sequence[Arrival]) -> dict[str, float]:
+    """Requests in flight (arrived, last token not yet received), on the client's clock:
+    the time-weighted mean from the first arrival to the last answer, and the most at once.
+    The same for every system, so it says what load each one was under."""
+    events: list[tuple[float, int]] = []
+    for a in agents:
+        if a.done_ms is not None:
+            start = arrivals[a.index].t_s
+            events += [(start, 1), (start + a.done_ms / 1e3, -1)]
+    if not events:
+        return {"mean": 0.0, "max": 0.0}
+    events.sort()
+    area, now, depth, most = 0.0, events[0][0], 0, 0
+    for t, step in events:
+        area += depth * (t - now)
+        now, depth = t, depth + step
+        most = max(most, depth)
+    span = events[-1][0] - events[0][0]
+    return {"mean": area / span if span > 0 else float(most), "max": float(most)}
+
+
 def summarize(agents: Sequence[Agent], wall_s: float) -> dict[str, Any]:
     """p50/p95/p99 of time to first token and gaps, tokens/s over the wall time, errors."""
     ok = [a for a in agents if a.error is None and a.ttft_ms is not None]
@@ -238,6 +259,7 @@ def run_system(name: str, opts: ServeBenchOptions, arrivals: list[Arrival]) -> d
             "system": name,
             "n_ctx": n_ctx,
             **summarize(agents, wall),
+            "in_flight": in_flight(agents, arrivals),
             "agents": [asdict(a) for a in agents],
         }
         if name == "swarmkv":
@@ -299,7 +321,24 @@ def overhead(opts: ServeBenchOptions, reps: int = 15) -> dict[str, Any]:
         "median_serve_ms": statistics.median(http),
         "median_overhead_ms": statistics.median(diffs),
         "overhead_range_ms": [min(diffs), max(diffs)],
+        "tokenize_ms": tokenize_cost(opts, reps),
     }
+
+
+def tokenize_cost(opts: ServeBenchOptions, reps: int) -> list[float]:
+    """What one part of that overhead is: llama_tokenize of a probe's whole prompt (head +
+    question), which the server must do (the client sends text) and the Swarm does not (its
+    document is tokenized once, when added), timed in this process after the probes."""
+    from swarmkv.llama.model import Model
+
+    out = []
+    with Model(opts.model) as model:
+        for i in range(reps):
+            prompt = opts.head + f" {PROBE_WORDS[i % len(PROBE_WORDS)]} is the word."
+            t = time.perf_counter()
+            model.tokenize(prompt, add_special=True, parse_special=True)
+            out.append((time.perf_counter() - t) * 1e3)
+    return out
 
 
 def run_serve_bench(opts: ServeBenchOptions) -> dict[str, Any]:
@@ -336,6 +375,7 @@ def summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
             "ttft_p99_ms": spread([r["ttft_ms"]["p99"] for r in runs]),
             "itl_p50_ms": spread([r["itl_ms"]["p50"] for r in runs]),
             "tokens_per_s": spread([r["tokens_per_s"] for r in runs]),
+            "in_flight_mean": spread([r["in_flight"]["mean"] for r in runs]),
             "errors": sum(r["errors"] for r in runs),
         }
     t = targets(trials)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 from typing import Any
 
@@ -44,10 +45,15 @@ def run_serve(args: argparse.Namespace) -> int:
     sys.stdout.write(
         f"  HTTP overhead: median {oh['median_overhead_ms']:.1f} ms (range "
         f"{oh['overhead_range_ms'][0]:.1f} to {oh['overhead_range_ms'][1]:.1f}) over "
-        f"{oh['reps']} probes; target within 10 ms\n"
+        f"{oh['reps']} probes; target within 10 ms; of it, tokenizing the prompt: median "
+        f"{statistics.median(oh['tokenize_ms']):.1f} ms\n"
     )
     for line in target_lines(result["targets"]):
         sys.stdout.write(line + "\n")
+    for name, row in result["summary"].items():
+        if name != "ratios":  # the load each system was under (the issue asks for 8-16)
+            med, lo, hi = row["in_flight_mean"]
+            sys.stdout.write(f"  {name}: {med:.1f} requests in flight [{lo:.1f}-{hi:.1f}]\n")
     return 0
 
 

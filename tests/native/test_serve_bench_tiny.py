@@ -51,6 +51,8 @@ def test_serve_bench_writes_a_complete_result(tiny_model_path: Path, tmp_path: P
         mine = systems["swarmkv"]
         assert mine["identical_to_alone"] == mine["compared"] == 4
         assert mine["cached_tokens_mean"] >= 190  # the warmed head, read from the cache
-    assert len(result["http_overhead"]["serve_ttft_ms"]) == result["http_overhead"]["reps"]
+    oh = result["http_overhead"]
+    assert len(oh["serve_ttft_ms"]) == len(oh["tokenize_ms"]) == oh["reps"]
+    assert all(ms > 0 for ms in oh["tokenize_ms"])
     assert set(result["summary"]["swarmkv"]) >= {"ttft_p99_ms", "tokens_per_s"}
     assert "HTTP overhead" in proc.stdout

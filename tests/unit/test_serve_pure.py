@@ -8,7 +8,8 @@ import pytest
 from swarmkv.errors import ClosedError, ConfigError, ContextLengthError, QueueFullError
 from swarmkv.serve.http.errors import api_error
 from swarmkv.serve.http.stream import StopBuffer
-from swarmkv_bench.serve_bench import Agent, percentile, summarize, targets
+from swarmkv_bench.serve_bench import Agent, in_flight, percentile, summarize, targets
+from swarmkv_bench.swarm_arrivals import Arrival
 
 
 @pytest.mark.parametrize(
@@ -61,3 +62,12 @@ def test_summary_and_targets() -> None:
     t = targets([{"systems": [mine, peer]}])
     assert t["p99_ttft_ratio"] == [{"server-np1": pytest.approx(6.0)}]
     assert t["tokens_per_s_ratio"] == [2.0] and t["identical"] == ["4/4"]
+
+
+def test_in_flight_is_the_time_weighted_count_of_open_requests() -> None:
+    # arrivals at 0, 1 and 1 s; answers after 2, 2 and 1 s: open 1 for [0,1), 3 for [1,2),
+    # 1 for [2,3) -> mean 5/3 over the 3 s span, at most 3
+    arrivals = [Arrival(i, t, "q", 4, 0) for i, t in enumerate((0.0, 1.0, 1.0))]
+    agents = [Agent(0, done_ms=2000.0), Agent(1, done_ms=2000.0), Agent(2, done_ms=1000.0)]
+    assert in_flight(agents, arrivals) == {"mean": pytest.approx(5 / 3), "max": 3.0}
+    assert in_flight([Agent(0)], arrivals[:1]) == {"mean": 0.0, "max": 0.0}  # none answered
