@@ -11,7 +11,8 @@ stat ({median, min, max}, or a [median, min, max] list); `ratio` checks A / B fo
 PATH = A:B, two values of one file (`<!--ratio FILE#A:B .2f-->`). FILE is relative to
 docs/results/. PATH walks the JSON: keys separated by "/" (URL-quoted: %20 for a space, %2F
 for a slash), a list element by index (`trials/0`) or by fields' values
-(`speedups[mode=fork+inv,baseline_mode=baseline+inv]`). FORMAT is a Python format spec.
+(`speedups[mode=fork+inv,baseline_mode=baseline+inv]`), and a list of numbers to its
+`@median`, `@min` or `@max` (`tokenize_ms/@median`). FORMAT is a Python format spec.
 tests/unit/test_results_docs.py checks every comment against its file, and that every
 measured figure (a number with a decimal point) on those pages carries one.
 
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,12 @@ ANNOTATION = re.compile(r"<!--(fig|spread|ratio) ([^#\s]+)#(\S+) (\S+)-->")
 _SELECT = re.compile(r"^(?P<key>[^\[]*)\[(?P<conds>[^\]]+=[^\]]*)\]$")
 # a measured figure: digits with a decimal point (config values are integers)
 MEASURED = re.compile(r"(?<![\w.])\d[\d,]*\.\d+")
+# a statistic of a list of numbers, as a path's step
+_STATS: dict[str, Callable[[list[float]], float]] = {
+    "@median": statistics.median,
+    "@min": min,
+    "@max": max,
+}
 
 
 class FigureError(ValueError):
@@ -59,6 +68,8 @@ def resolve(root: Path, file: str, path: str) -> Any:
             if len(hits) != 1:
                 raise FigureError(f"{file}#{path}: {step} matches {len(hits)} entries")
             node = hits[0]
+        elif step in _STATS and isinstance(node, list):
+            node = _STATS[step](node)
         elif isinstance(node, list):
             node = node[int(step)]
         elif isinstance(node, dict) and step in node:
@@ -96,7 +107,7 @@ def annotate(root: Path, ref: str, fmt: str = ".1f", kind: str = "fig") -> str:
     sides = path.split(":") if kind == "ratio" else [path]
     # each key quoted once (a caller may pass %2F for a slash inside a key)
     safe = ":".join(
-        "/".join(quote(unquote(p), safe="[]=+-_.,") for p in side.split("/")) for side in sides
+        "/".join(quote(unquote(p), safe="[]=+-_.,@") for p in side.split("/")) for side in sides
     )
     path = safe
     return f"{render(kind, value_of(root, kind, file, path), fmt)}<!--{kind} {file}#{safe} {fmt}-->"

@@ -35,6 +35,8 @@ def test_paths_walk_keys_indices_and_selections(root: Path) -> None:
     sel = "configs/N2/speedups[mode=fork,baseline_mode=baseline+inv]/speedup_e2e"
     assert resolve(root, "study/r.json", sel) == 1.5
     assert resolve(root, "study/r.json", "spread%20ms/1") == 3.5
+    assert resolve(root, "study/r.json", "spread%20ms/@median") == 4.0  # a list's statistic
+    assert resolve(root, "study/r.json", "spread%20ms/@max") == 4.5
     with pytest.raises(FigureError, match="matches 2 entries"):
         resolve(root, "study/r.json", "configs/N2/speedups[mode=fork]/speedup_e2e")
     with pytest.raises(FigureError, match="no 'nope' there"):
