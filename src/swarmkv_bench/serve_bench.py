@@ -295,9 +295,7 @@ def overhead(opts: ServeBenchOptions, reps: int = 15) -> dict[str, Any]:
         model = client.models.list().data[0].id
         in_process, http = [], []
         for i in range(reps + 1):
-            # a new first word each time: the server's cache holds earlier probes, and a
-            # shared "\n\nProbe " would spare it tokens the Swarm decodes
-            q = f" {PROBE_WORDS[i % len(PROBE_WORDS)]} is the word; what does the text say next?"
+            q = probe_question(i)
             r = swarm.submit("head", q, n_predict=1).result(timeout=600)
             time.sleep(0.2)
             t = time.perf_counter()
@@ -325,16 +323,22 @@ def overhead(opts: ServeBenchOptions, reps: int = 15) -> dict[str, Any]:
     }
 
 
+def probe_question(i: int) -> str:
+    """The overhead probe's i-th question: a new first word each time (the server's cache
+    holds earlier probes, and a shared "\n\nProbe " would spare it tokens the Swarm decodes)."""
+    return f" {PROBE_WORDS[i % len(PROBE_WORDS)]} is the word; what does the text say next?"
+
+
 def tokenize_cost(opts: ServeBenchOptions, reps: int) -> list[float]:
-    """What one part of that overhead is: llama_tokenize of a probe's whole prompt (head +
-    question), which the server must do (the client sends text) and the Swarm does not (its
+    """What one part of that overhead is: llama_tokenize of each probe's whole prompt (head +
+    its question), which the server must do (the client sends text) and the Swarm does not (its
     document is tokenized once, when added), timed in this process after the probes."""
     from swarmkv.llama.model import Model
 
     out = []
     with Model(opts.model) as model:
         for i in range(reps):
-            prompt = opts.head + f" {PROBE_WORDS[i % len(PROBE_WORDS)]} is the word."
+            prompt = opts.head + probe_question(i)
             t = time.perf_counter()
             model.tokenize(prompt, add_special=True, parse_special=True)
             out.append((time.perf_counter() - t) * 1e3)

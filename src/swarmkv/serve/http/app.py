@@ -23,12 +23,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import (
-    HTMLResponse,
-    JSONResponse,
-    Response,
-    StreamingResponse,
-)
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
@@ -313,7 +308,7 @@ def _errors(app: FastAPI) -> None:
         first = errs[0] if errs else {}
         if first.get("type") == "json_invalid":  # its loc is a character position
             error = first.get("ctx", {}).get("error", "")
-            where, pos = "", first.get("loc", ("body", "?"))[-1]
+            pos = first.get("loc", ("body", "?"))[-1]
             msg = f"malformed JSON ({error} at character {pos})"
             return APIError(400, f"invalid request body: {msg}", code="invalid_json").response()
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]

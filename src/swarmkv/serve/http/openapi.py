@@ -77,18 +77,12 @@ def install(app: FastAPI) -> None:
             for item in schema["paths"].values():
                 for op in item.values():
                     op["responses"].pop("422", None)
-                    if "application/json" in op["responses"].get("200", {}).get("content", {}):
-                        _drop_json_for_text(op)
+                    content = op["responses"].get("200", {}).get("content", {})
+                    if "text/plain" in content:  # /metrics: FastAPI adds JSON beside it
+                        content.pop("application/json", None)
             for name in _FASTAPI_ONLY:
                 schema.get("components", {}).get("schemas", {}).pop(name, None)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _drop_json_for_text(op: dict[str, Any]) -> None:
-    """/metrics answers only text/plain; FastAPI adds application/json beside it."""
-    content = op["responses"]["200"]["content"]
-    if "text/plain" in content:
-        content.pop("application/json")
