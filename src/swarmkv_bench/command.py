@@ -15,6 +15,7 @@ from swarmkv.llama.budget import GGML_MAX_N_THREADS
 from swarmkv.llama.config import INT32_MAX, LLAMA_MAX_SEQ
 
 from .modes import PEER_PREFIX, PEERS, peer_setups
+from .probe_words import PROBE_WORDS
 from .workload import BenchConfig
 
 PAPER_DOC_TOKENS = 3501
@@ -180,6 +181,18 @@ def _add_swarm_options(p: argparse.ArgumentParser) -> None:
         "(-np 16 --kv-unified, -np 1), --trials seeds from --seed at the first of --rates; "
         "writes serve.json",
     )
+    g.add_argument(
+        "--probes",
+        type=count(1, len(PROBE_WORDS) - 1),
+        default=len(PROBE_WORDS) - 1,
+        help="with --serve: requests of the HTTP overhead probe (each a question of its own)",
+    )
+    g.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="with --serve: only the HTTP overhead probe (no agents, no peers); writes "
+        "serve-overhead.json",
+    )
 
 
 def run_swarm(args: argparse.Namespace) -> int:
@@ -251,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
     when --doc is not a UTF-8 text file (the message `swarmkv run --doc` gives).
     """
     require_bench_extra()
+    if args.overhead_only and not args.serve:
+        raise ConfigError("--overhead-only is an option of --serve (the HTTP overhead probe)")
     if args.doc is not None:
         read_document("doc", args.doc)  # found, a file, UTF-8: before the model loads
     if args.swarm:

@@ -20,6 +20,7 @@ PEERS = ("server-np1+inv", "server-npN+inv")
 
 pytestmark = [
     pytest.mark.slow,  # the slow tier: the llama-server peers
+    pytest.mark.peer,
     pytest.mark.skipif(
         SERVER is None, reason="llama-server not built (bash bench/build_llama_server.sh)"
     ),

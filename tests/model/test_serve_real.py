@@ -1,6 +1,7 @@
 """The served promise on the default model: a request's tokens and logprobs are the same
-bytes whether it runs alone on a cold server, among 49 concurrent requests over a shared
-3501-token head, or from the prefix cache (official `openai` clients, sync and async)."""
+bytes whether it runs alone on a cold server (its text tokenized whole), among 49 concurrent
+requests over a shared 3501-token head (their texts tokenized after it: PrefixTokenizer), or
+from the prefix cache (official `openai` clients, sync and async)."""
 
 from __future__ import annotations
 
@@ -63,4 +64,8 @@ def test_one_request_three_ways_same_bytes(model: sk.Model, tmp_path: Path) -> N
         # the head was prefilled once: the other 49 read it from the cache
         reused = [r.usage.prompt_tokens_details.cached_tokens for r in results]  # type: ignore[union-attr]
         assert sum(1 for n in reused if n >= 3500) >= 49, reused
+        # and tokenized once: the others' texts were tokenized only after the shared head
+        assert s.status()["tokenizer_tokens_reused"] >= 49 * 3500
+        whole = [len(model.tokenize(p, add_special=True, parse_special=True)) for p in prompts]
+        assert [r.usage.prompt_tokens for r in results] == whole  # type: ignore[union-attr]
     assert alone == among == cached

@@ -19,6 +19,7 @@ PEERS = ("server-np1", "server-npN", "server-npNslots")
 
 pytestmark = [
     pytest.mark.slow,  # the slow tier: the llama-server peers
+    pytest.mark.peer,
     pytest.mark.skipif(
         SERVER is None, reason="llama-server not built (bash bench/build_llama_server.sh)"
     ),

@@ -27,6 +27,7 @@ SERVER = find_llama_server(Path(__file__).resolve().parents[2])
 
 pytestmark = [
     pytest.mark.slow,  # the slow tier: the llama-server peer
+    pytest.mark.peer,
     pytest.mark.skipif(
         SERVER is None, reason="llama-server not built (bench/build_llama_server.sh)"
     ),

@@ -15,6 +15,7 @@ from support.proc import run, swarmkv_cmd
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.peer  # with llama-server when CI built it
 def test_serve_bench_writes_a_complete_result(tiny_model_path: Path, tmp_path: Path) -> None:
     peers = "all" if os.environ.get("SWARMKV_LLAMA_SERVER") else "none"
     cmd = swarmkv_cmd(
@@ -34,6 +35,8 @@ def test_serve_bench_writes_a_complete_result(tiny_model_path: Path, tmp_path: P
         "4",
         "--peers",
         peers,
+        "--probes",
+        "3",
         "--out",
         str(tmp_path),
     )
@@ -52,7 +55,26 @@ def test_serve_bench_writes_a_complete_result(tiny_model_path: Path, tmp_path: P
         assert mine["identical_to_alone"] == mine["compared"] == 4
         assert mine["cached_tokens_mean"] >= 190  # the warmed head, read from the cache
     oh = result["http_overhead"]
-    assert len(oh["serve_ttft_ms"]) == len(oh["tokenize_ms"]) == oh["reps"]
-    assert all(ms > 0 for ms in oh["tokenize_ms"])
+    tok = oh["tokenize_ms"]
+    assert len(oh["serve_ttft_ms"]) == len(tok["whole_ms"]) == len(tok["server_ms"]) == oh["reps"]
+    assert all(ms > 0 for ms in tok["whole_ms"] + tok["server_ms"])
     assert set(result["summary"]["swarmkv"]) >= {"ttft_p99_ms", "tokens_per_s"}
     assert "HTTP overhead" in proc.stdout
+
+
+def test_overhead_only_writes_the_probe_alone(tiny_model_path: Path, tmp_path: Path) -> None:
+    cmd = swarmkv_cmd(
+        "bench", "--serve", "--overhead-only", "-m", str(tiny_model_path),
+        "--doc-tokens", "200", "--probes", "4", "--out", str(tmp_path),
+    )  # fmt: skip
+    proc = run(cmd, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "serve-overhead.json").read_text())
+    assert set(result) == {"provenance", "setup", "http_overhead"}
+    oh = result["http_overhead"]
+    assert oh["reps"] == 4 == len(oh["serve_ttft_ms"]) == len(oh["server_internal_ttft_ms"])
+    # the server's own time to first token is part of what the client waited
+    pairs = zip(oh["server_internal_ttft_ms"], oh["serve_ttft_ms"], strict=True)
+    assert all(0 < served < client for served, client in pairs)
+    assert "HTTP overhead within 10 ms" in proc.stdout
+    assert not (tmp_path / "serve.json").exists()

@@ -309,3 +309,13 @@ def test_a_bom_inside_a_toml_file_is_still_an_error(tmp_path: Path) -> None:
     path.write_bytes(b'[document]\ntext = "Doc."\n\xef\xbb\xbf[[branch]]\nname = "q"\n')
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_pipeline_spec(path)
+
+
+def test_bench_overhead_only_needs_serve(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, err = _bench(capsys, tmp_path, "--overhead-only")
+    assert code == 2
+    assert (
+        err == "swarmkv: error: --overhead-only is an option of --serve (the HTTP overhead probe)\n"
+    )

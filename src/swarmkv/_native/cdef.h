@@ -130,7 +130,18 @@ bool llama_set_batch_invariant(struct llama_context * ctx, bool batch_invariant)
 void llama_synchronize(struct llama_context * ctx);
 
 /* vocab and tokenizer */
+enum llama_vocab_type {
+    LLAMA_VOCAB_TYPE_NONE, LLAMA_VOCAB_TYPE_SPM, LLAMA_VOCAB_TYPE_BPE, LLAMA_VOCAB_TYPE_WPM,
+    LLAMA_VOCAB_TYPE_UGM, LLAMA_VOCAB_TYPE_RWKV, ...
+};
+enum llama_token_attr {
+    LLAMA_TOKEN_ATTR_LSTRIP, LLAMA_TOKEN_ATTR_RSTRIP, ...
+};
+enum llama_vocab_type llama_vocab_type(const struct llama_vocab * vocab);
 int32_t llama_vocab_n_tokens(const struct llama_vocab * vocab);
+const char * llama_vocab_get_text(const struct llama_vocab * vocab, llama_token token);
+enum llama_token_attr llama_vocab_get_attr(const struct llama_vocab * vocab, llama_token token);
+bool llama_vocab_get_add_eos(const struct llama_vocab * vocab);
 llama_token llama_vocab_bos(const struct llama_vocab * vocab);
 llama_token llama_vocab_eos(const struct llama_vocab * vocab);
 bool llama_vocab_is_eog(const struct llama_vocab * vocab, llama_token token);

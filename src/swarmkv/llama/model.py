@@ -50,6 +50,10 @@ def _check_gguf_file(path: Path) -> None:
         raise ModelLoadError(f"{path} is not a GGUF file (magic {magic!r}, size {size} bytes)")
 
 
+# llama.h's enum llama_vocab_type, by value
+_VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
 class Model(Owned):
     """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts.
 
@@ -230,6 +234,31 @@ class Model(Owned):
     def add_bos(self) -> bool:
         """Whether tokenizing with add_special prepends BOS (llama_vocab_get_add_bos)."""
         return bool(lib.llama_vocab_get_add_bos(self.vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        """Whether tokenizing with add_special appends EOS (llama_vocab_get_add_eos)."""
+        return bool(lib.llama_vocab_get_add_eos(self.vocab))
+
+    @property
+    def vocab_type(self) -> str:
+        """The tokenizer's kind (llama_vocab_type): "spm", "bpe", "wpm", "ugm", "rwkv", ..."""
+        kind = int(lib.llama_vocab_type(self.vocab))
+        return _VOCAB_TYPES.get(kind, f"type {kind}")
+
+    def vocab_texts(self) -> list[str]:
+        """Every token's text as the tokenizer matches it (llama_vocab_get_text), by id:
+        SentencePiece's spaces are U+2581; bytes that are not UTF-8 come back as U+FFFD."""
+        vocab = self.vocab
+        get = lib.llama_vocab_get_text
+        return [
+            ffi.string(get(vocab, t)).decode("utf-8", errors="replace") for t in range(self.n_vocab)
+        ]
+
+    def vocab_attrs(self) -> list[int]:
+        """Every token's llama_token_attr bits (llama_vocab_get_attr), by id."""
+        vocab = self.vocab
+        return [int(lib.llama_vocab_get_attr(vocab, t)) for t in range(self.n_vocab)]
 
     def is_eog(self, token: int) -> bool:
         """Whether token ends generation, e.g. EOS or EOT (llama_vocab_is_eog).

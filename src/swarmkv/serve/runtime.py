@@ -40,6 +40,7 @@ from ..errors import (
 from ..llama.config import LLAMA_MAX_SEQ, ContextConfig
 from ..llama.context import Context
 from ..llama.model import Model
+from ..llama.prefix_tokens import PrefixTokenizer
 from ..process.threads import Worker, wait_all
 from .job import FINISH_REASONS, DoneEvent, ErrorEvent, Job
 from .kv_cache import PrefixCache
@@ -88,6 +89,8 @@ class Runtime:
         config.check()
         self.model = model
         self.config = config
+        # text prompts repeat a document: only what follows a shared start is tokenized again
+        self.tokenizer = PrefixTokenizer(model, add_special=True, parse_special=True)
         ctx_config = ContextConfig(
             n_ctx=config.n_ctx,
             n_batch=config.n_batch,
@@ -332,6 +335,7 @@ class Runtime:
                 "cells_shared": cache.tree.shared_cells(),
                 "prompt_tokens_computed": computed,
                 "prompt_tokens_reused": reused,
+                "tokenizer_tokens_reused": self.tokenizer.reused_tokens,
                 "cache_hit_rate": reused / (reused + computed) if reused + computed else 0.0,
                 "tokens_per_s": recent / min(10.0, max(now - self.started, 1e-9)),
                 "finished": self.finished,
@@ -404,9 +408,10 @@ class Runtime:
 
     def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         """A prompt's tokens: text with BOS and special tokens parsed (as llama-server
-        does), or token ids checked against the vocabulary."""
+        does; the tokens of a start shared with a recent prompt reused, PrefixTokenizer), or
+        token ids checked against the vocabulary."""
         if isinstance(prompt, str):
-            return self.model.tokenize(prompt, add_special=True, parse_special=True)
+            return self.tokenizer.tokenize(prompt)
         n_vocab = self.model.n_vocab
         for t in prompt:
             if not 0 <= t < n_vocab:

@@ -38,6 +38,11 @@ class _RuntimeCollector(Collector):
         prompt.add_metric(["computed"], s["prompt_tokens_computed"])
         prompt.add_metric(["reused"], s["prompt_tokens_reused"])
         yield prompt
+        yield CounterMetricFamily(
+            "swarmkv_tokenizer_tokens_reused",
+            "Text prompts' tokens taken from a recent prompt's instead of tokenized again",
+            value=s["tokenizer_tokens_reused"],
+        )
 
 
 class Metrics:
