@@ -361,10 +361,19 @@ def tokenize_cost(opts: ServeBenchOptions, reps: int) -> dict[str, list[float]]:
 
 
 def run_overhead_only(opts: ServeBenchOptions) -> dict[str, Any]:
-    """Only the HTTP overhead probe (`--overhead-only`)."""
+    """Only the HTTP overhead probe (`--overhead-only`), once per seed (--trials), each with a
+    fresh server and Swarm; the summary is each figure's median [min, max] over the trials."""
+    trials = [overhead(opts) for _ in opts.seeds]
+    keys = ("median_overhead_ms", "median_http_gap_ms", "median_swarm_ms", "median_serve_ms")
+    summary = {k: spread([t[k] for t in trials]) for k in keys}
+    for kind in ("server_ms", "whole_ms"):
+        summary[f"tokenize_{kind}"] = spread(
+            [statistics.median(t["tokenize_ms"][kind]) for t in trials]
+        )
     return {
         "setup": {k: v for k, v in asdict(opts).items() if k != "head"},
-        "http_overhead": overhead(opts),
+        "http_overhead_trials": trials,
+        "summary": summary,
     }
 
 

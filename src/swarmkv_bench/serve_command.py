@@ -48,9 +48,16 @@ def run_serve(args: argparse.Namespace) -> int:
     path = args.out / ("serve-overhead.json" if args.overhead_only else "serve.json")
     path.write_text(json.dumps(result, indent=2, allow_nan=False, default=str) + "\n")
     sys.stdout.write(f"wrote {path}\n")
-    sys.stdout.write(overhead_line(result["http_overhead"]) + "\n")
     if args.overhead_only:
+        for i, trial in enumerate(result["http_overhead_trials"]):
+            sys.stdout.write(f"  trial {i}:\n{overhead_line(trial)}\n")
+        med, lo, hi = result["summary"]["median_overhead_ms"]
+        sys.stdout.write(
+            f"  {'PASS' if med <= 10 else 'FAIL'} HTTP overhead within 10 ms over the trials: "
+            f"median {med:.1f} ms [{lo:.1f}-{hi:.1f}]\n"
+        )
         return 0
+    sys.stdout.write(overhead_line(result["http_overhead"]) + "\n")
     for line in target_lines(result["targets"]):
         sys.stdout.write(line + "\n")
     for name, row in result["summary"].items():
