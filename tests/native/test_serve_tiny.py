@@ -280,8 +280,11 @@ def test_disconnects_mid_stream_give_every_cell_back(
         for p in prompts:
             body = {"prompt": p, "max_tokens": 100, "temperature": 0}
             if rng.random() < 0.2:  # a plain request the client gives up on
+                # 1000 tokens take the tiny model about 1 s, well past the timeout (100 took
+                # about 0.11 s on a fast machine, within reach of a 0.1 s timeout)
+                long = {**body, "max_tokens": 1000}
                 with pytest.raises(httpx.ReadTimeout):
-                    hc.post(served.v1 + "/completions", json=body, timeout=rng.uniform(0.01, 0.1))
+                    hc.post(served.v1 + "/completions", json=long, timeout=rng.uniform(0.01, 0.1))
                 continue
             after = rng.randint(1, 8)
             with hc.stream("POST", served.v1 + "/completions", json={**body, "stream": True}) as r:
