@@ -360,6 +360,11 @@ def tokenize_cost(opts: ServeBenchOptions, reps: int) -> dict[str, list[float]]:
     return {"whole_ms": whole, "server_ms": server}
 
 
+def _setup(opts: ServeBenchOptions) -> dict[str, Any]:
+    """The options a result records (the head's text aside: its length is there)."""
+    return {k: v for k, v in asdict(opts).items() if k != "head"}
+
+
 def run_overhead_only(opts: ServeBenchOptions) -> dict[str, Any]:
     """Only the HTTP overhead probe (`--overhead-only`), once per seed (--trials), each with a
     fresh server and Swarm; the summary is each figure's median [min, max] over the trials."""
@@ -371,7 +376,7 @@ def run_overhead_only(opts: ServeBenchOptions) -> dict[str, Any]:
             [statistics.median(t["tokenize_ms"][kind]) for t in trials]
         )
     return {
-        "setup": {k: v for k, v in asdict(opts).items() if k != "head"},
+        "setup": _setup(opts),
         "http_overhead_trials": trials,
         "summary": summary,
     }
@@ -386,7 +391,7 @@ def run_serve_bench(opts: ServeBenchOptions) -> dict[str, Any]:
         systems = ["swarmkv", *opts.peers] if opts.llama_server else ["swarmkv"]
         trials.append({"seed": seed, "systems": [run_system(s, opts, arrivals) for s in systems]})
     return {
-        "setup": {k: v for k, v in asdict(opts).items() if k != "head"},
+        "setup": _setup(opts),
         "trials": trials,
         "targets": targets(trials),
         "summary": summary(trials),

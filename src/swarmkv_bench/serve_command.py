@@ -11,6 +11,9 @@ from typing import Any
 
 from .provenance import provenance
 
+# the issue's goal: a request through the server within this of the in-process Swarm's TTFT
+OVERHEAD_GOAL_MS = 10
+
 
 def run_serve(args: argparse.Namespace) -> int:
     """Run the serving benchmark (serve_bench.py); writes OUT/serve.json with provenance."""
@@ -53,8 +56,8 @@ def run_serve(args: argparse.Namespace) -> int:
             sys.stdout.write(f"  trial {i}:\n{overhead_line(trial)}\n")
         med, lo, hi = result["summary"]["median_overhead_ms"]
         sys.stdout.write(
-            f"  {'PASS' if med <= 10 else 'FAIL'} HTTP overhead within 10 ms over the trials: "
-            f"median {med:.1f} ms [{lo:.1f}-{hi:.1f}]\n"
+            f"  {'PASS' if med <= OVERHEAD_GOAL_MS else 'FAIL'} HTTP overhead within "
+            f"{OVERHEAD_GOAL_MS} ms over the trials: median {med:.1f} ms [{lo:.1f}-{hi:.1f}]\n"
         )
         return 0
     sys.stdout.write(overhead_line(result["http_overhead"]) + "\n")
@@ -73,8 +76,9 @@ def overhead_line(oh: dict[str, Any]) -> str:
     lo, hi = oh["overhead_range_ms"]
     tok = oh["tokenize_ms"]
     return (
-        f"  {'PASS' if median <= 10 else 'FAIL'} HTTP overhead within 10 ms: median "
-        f"{median:.1f} ms (range {lo:.1f} to {hi:.1f}) over {oh['reps']} probes; client less "
+        f"  {'PASS' if median <= OVERHEAD_GOAL_MS else 'FAIL'} HTTP overhead within "
+        f"{OVERHEAD_GOAL_MS} ms: median {median:.1f} ms (range {lo:.1f} to {hi:.1f}) over "
+        f"{oh['reps']} probes; client less "
         f"server time to first token: median {oh['median_http_gap_ms']:.1f} ms, of it "
         f"tokenizing the prompt {statistics.median(tok['server_ms']):.2f} ms (the whole text "
         f"would take {statistics.median(tok['whole_ms']):.1f} ms)"

@@ -51,7 +51,17 @@ def _check_gguf_file(path: Path) -> None:
 
 
 # llama.h's enum llama_vocab_type, by value
-_VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+_VOCAB_TYPES = {
+    lib.LLAMA_VOCAB_TYPE_NONE: "none",
+    lib.LLAMA_VOCAB_TYPE_SPM: "spm",
+    lib.LLAMA_VOCAB_TYPE_BPE: "bpe",
+    lib.LLAMA_VOCAB_TYPE_WPM: "wpm",
+    lib.LLAMA_VOCAB_TYPE_UGM: "ugm",
+    lib.LLAMA_VOCAB_TYPE_RWKV: "rwkv",
+    lib.LLAMA_VOCAB_TYPE_PLAMO2: "plamo2",
+}
+# the llama_token_attr bits of tokens that strip the whitespace beside them
+TOKEN_ATTR_STRIP = int(lib.LLAMA_TOKEN_ATTR_LSTRIP | lib.LLAMA_TOKEN_ATTR_RSTRIP)
 
 
 class Model(Owned):

@@ -31,11 +31,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .model import TOKEN_ATTR_STRIP
+
 if TYPE_CHECKING:
     from .model import Model
 
-# llama.h's LLAMA_TOKEN_ATTR_LSTRIP | LLAMA_TOKEN_ATTR_RSTRIP
-_STRIP_ATTRS = (1 << 7) | (1 << 8)
 # how many earlier token boundaries a lookup tries when the one nearest the shared end is unsafe
 MAX_BACKOFF = 64
 # shorter shared starts are not worth a lookup's bookkeeping
@@ -51,7 +51,7 @@ def unsafe_pairs(model: Model) -> tuple[frozenset[str] | None, str]:
         return None, "the vocabulary adds a space prefix to every piece of text"
     if model.add_eos:
         return None, "the vocabulary appends EOS"
-    if any(a & _STRIP_ATTRS for a in model.vocab_attrs()):
+    if any(a & TOKEN_ATTR_STRIP for a in model.vocab_attrs()):
         return None, "a token strips the whitespace beside it (LSTRIP/RSTRIP)"
     pairs: set[str] = set()
     for text in model.vocab_texts():
