@@ -45,6 +45,7 @@ from .errors import (
     TimeoutError,
 )
 from .kv.file import SnapshotHeader
+from .llama.constraint import Constraint
 from .llama.models import default_model_path
 from .llama.sampling import SamplerConfig
 from .pipeline.modes import MODES, ForkOptions
@@ -99,6 +100,7 @@ __all__ = [
     "BatchError",
     "ClosedError",
     "ConfigError",
+    "Constraint",
     "Context",
     "ContextBudgetError",
     "ContextConfig",

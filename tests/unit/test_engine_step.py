@@ -78,7 +78,7 @@ class FakeSampler:
     """Samples the position of the row's token + 100, so a test can read where a branch
     was; ends (EOG) never: n_predict stops it."""
 
-    def __init__(self, _config: SamplerConfig) -> None:
+    def __init__(self, _config: SamplerConfig, _model: Any = None) -> None:
         self.closed = False
 
     def sample(self, ctx: FakeContext, row: int) -> int:

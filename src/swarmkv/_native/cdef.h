@@ -135,7 +135,8 @@ enum llama_vocab_type {
     LLAMA_VOCAB_TYPE_UGM, LLAMA_VOCAB_TYPE_RWKV, LLAMA_VOCAB_TYPE_PLAMO2, ...
 };
 enum llama_token_attr {
-    LLAMA_TOKEN_ATTR_LSTRIP, LLAMA_TOKEN_ATTR_RSTRIP, ...
+    LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED, LLAMA_TOKEN_ATTR_LSTRIP,
+    LLAMA_TOKEN_ATTR_RSTRIP, ...
 };
 enum llama_vocab_type llama_vocab_type(const struct llama_vocab * vocab);
 int32_t llama_vocab_n_tokens(const struct llama_vocab * vocab);
@@ -169,6 +170,9 @@ struct llama_sampler * llama_sampler_init_temp(float t);
 struct llama_sampler * llama_sampler_init_top_k(int32_t k);
 struct llama_sampler * llama_sampler_init_top_p(float p, size_t min_keep);
 struct llama_sampler * llama_sampler_init_min_p(float p, size_t min_keep);
+/* NULL when grammar_str does not parse (llama.cpp logs why) */
+struct llama_sampler * llama_sampler_init_grammar(const struct llama_vocab * vocab,
+                                                  const char * grammar_str, const char * grammar_root);
 llama_token llama_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx);
 void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
 void llama_sampler_reset(struct llama_sampler * smpl);

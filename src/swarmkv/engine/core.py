@@ -47,6 +47,14 @@ def share_prefix(ctx: Any, src: int, seqs: list[int], w: int, *, whole_stream: b
     return (time.perf_counter_ns() - t) // max(len(seqs), 1)
 
 
+def _compute_masks(guides: list[Any]) -> None:
+    """The constrained rows' masks of one step, together (llguidance's threads)."""
+    if guides:
+        from ..llama.guide import compute_masks
+
+        compute_masks(guides)
+
+
 class DecodeFailed(SwarmKVError):
     """A llama_decode that held this document's or request's rows failed."""
 
@@ -219,10 +227,13 @@ class Engine:
             req.state.pos += n
             if row is not None:
                 rows.append((req, row))
-        for req, row in plan.gens:
+        for req, n, row in plan.gens:
             assert req.state is not None
-            req.state.pos += 1
-            rows.append((req, row))
+            req.state.pos += n
+            del req.state.pending[:n]
+            if row is not None:
+                rows.append((req, row))
+        _compute_masks([r.state.guide for r, _row in rows if r.state and r.state.guide])
         for req, row in rows:
             st = req.state
             assert st is not None
@@ -271,7 +282,7 @@ class Engine:
         for doc, _lo, _hi in plan.docs:
             doc.error = DecodeFailed(f"document {doc.name!r}: llama_decode failed: {exc}")
             doc.error.__cause__ = exc
-        failed = [r for r, _n, _row in plan.prompts] + [r for r, _row in plan.gens]
+        failed = [r for r, _n, _row in plan.prompts] + [r for r, _n, _row in plan.gens]
         for req in dict.fromkeys(failed):
             assert req.state is not None
             err = DecodeFailed(f"branch {req.name!r}: llama_decode failed: {exc}")

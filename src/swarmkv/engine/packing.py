@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 @dataclass
 class StepPlan:
     """The rows of one step: document spans, prompt spans (with the row of a prompt's last
-    token, whose logits are sampled) and generation rows."""
+    token, whose logits are sampled) and generation spans (a branch's tokens not yet decoded:
+    its last sampled token, and the tokens its grammar forced after it; the row of the last,
+    None when the span stops short of it)."""
 
     docs: list[tuple[Document, int, int]] = field(default_factory=list)
     prompts: list[tuple[Request, int, int | None]] = field(default_factory=list)
-    gens: list[tuple[Request, int]] = field(default_factory=list)
+    gens: list[tuple[Request, int, int | None]] = field(default_factory=list)
     n_tokens: int = 0
 
     @property
@@ -72,12 +74,29 @@ def add_prompt(plan: StepPlan, batch: Any, req: Request, n: int) -> None:
     plan.n_tokens += n
 
 
-def add_gen(plan: StepPlan, batch: Any, req: Request) -> None:
-    """Add req's last token at its next position, logits on."""
+def add_gen(plan: StepPlan, batch: Any, req: Request, extra: int = 0) -> int:
+    """Add req's undecoded tokens (at most 1 + extra) at its next positions, logits on the
+    last of them; returns how many extra rows it took."""
     st = req.state
     assert st is not None
-    plan.gens.append((req, batch.add(st.tokens[-1], st.pos, (st.seq_id,), True)))
-    plan.n_tokens += 1
+    n = min(len(st.pending), 1 + max(extra, 0))
+    last_row = None
+    for k in range(n):
+        last = k == len(st.pending) - 1
+        row = batch.add(st.pending[k], st.pos + k, (st.seq_id,), last)
+        if last:
+            last_row = row
+    plan.gens.append((req, n, last_row))
+    plan.n_tokens += n
+    return n - 1
+
+
+def add_gens(plan: StepPlan, batch: Any, eng: Engine) -> None:
+    """A row for every generating branch, then rows for forced tokens while the budget lasts."""
+    gens = [r for r in eng.live if r.generating]
+    extra = eng.n_batch - len(gens)
+    for req in gens:
+        extra -= add_gen(plan, batch, req, extra)
 
 
 def _first_doc(eng: Engine) -> Document | None:
@@ -87,9 +106,7 @@ def _first_doc(eng: Engine) -> Document | None:
 def mixed(eng: Engine, batch: Any, now_s: float) -> StepPlan:
     """Everything live in one decode (the swarm's continuous batching)."""
     plan = StepPlan()
-    for req in eng.live:
-        if req.generating:
-            add_gen(plan, batch, req)
+    add_gens(plan, batch, eng)
     budget = eng.n_batch - plan.n_tokens
     prefilling = [r for r in eng.live if r.prompt_left > 0]
     doc_budget = budget // 2 if prefilling else budget
@@ -118,9 +135,7 @@ def phased(eng: Engine, batch: Any, now_s: float) -> StepPlan:
             add_prompt(plan, batch, req, n)
             budget -= n
     if plan.empty:
-        for req in eng.live:
-            if req.generating:
-                add_gen(plan, batch, req)
+        add_gens(plan, batch, eng)
     return plan
 
 
@@ -139,7 +154,7 @@ def per_branch(eng: Engine, batch: Any, now_s: float) -> StepPlan:
     gen = [r for r in eng.live if r.generating]
     if gen:
         eng.turn = eng.turn % len(gen)
-        add_gen(plan, batch, gen[eng.turn])
+        add_gen(plan, batch, gen[eng.turn], eng.n_batch - 1)
         eng.turn += 1
     return plan
 

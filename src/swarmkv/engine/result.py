@@ -26,6 +26,12 @@ class BranchResult:
     first_token_ms and end_ms from the run's start (a pipeline's run() or the swarm's start);
     queue_ms from arrival to admission and completion_ms from arrival to the last token.
     The mode-specific times are None where the mode has no such step.
+
+    stop_reason: "eog" (an end-of-generation token), "stop" (a stop string), "length"
+    (n_predict), "grammar" (a constraint that can take nothing more), "truncated" (n_predict
+    reached before the constraint was complete: the text does not match it). forced_tokens:
+    output tokens a constraint forced (fast-forward, not sampled); mask_ms: the constraint's
+    mask time per sampled step (a share of the step's masks computed together).
     """
 
     name: str
@@ -49,6 +55,8 @@ class BranchResult:
     queue_ms: float = 0.0
     completion_ms: float = 0.0
     inter_token_ms: tuple[float, ...] = field(default=(), repr=False)
+    forced_tokens: int = 0
+    mask_ms: tuple[float, ...] = field(default=(), repr=False)
     step_logits: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
     @property
@@ -96,6 +104,8 @@ def result_of(
         queue_ms=ms(req.admit_ns - req.arrival_ns),
         completion_ms=ms(end - req.arrival_ns),
         inter_token_ms=req.inter_token_ms(),
+        forced_tokens=st.guide.forced if st.guide is not None else 0,
+        mask_ms=tuple(ms(n) for n in st.guide.mask_ns) if st.guide is not None else (),
         step_logits=tuple(st.step_logits),
         **timings,
     )

@@ -8,7 +8,8 @@ Sequence invariants (per context):
 | branch seq | prefix [0, W) + prompt + generated      | seq_cp / restore, then the engine |
 
 A branch's prompt starts at position W (its prefix length), never at 0; each generated token
-continues at the next position. Finished branches free their cells with seq_rm.
+continues at the next position (tokens a grammar forces are decoded in the same step as the
+sampled token before them). Finished branches free their cells with seq_rm.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class BranchState:
     on_token: TokenCallback | None = None
     keep_logits: bool | str = False  # True: first step's logits; "all": every step's
     on_row: RowCallback | None = None
+    guide: Any = None  # llama.guide.Guide: the branch's constraint (llguidance), or None
     tokens: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)  # output tokens not yet decoded
     step_logits: list[np.ndarray] = field(default_factory=list)
     capture_ns: int = 0
     text_bytes: bytearray = field(default_factory=bytearray)
@@ -74,6 +77,12 @@ class BranchState:
         return self.stop_reason is not None or self.error is not None
 
     @property
+    def decoded(self) -> list[int]:
+        """The output tokens in the cells: all but those chosen after the last decode (the
+        last sampled token, and any its grammar forced); an EOG token is never recorded."""
+        return self.tokens[: len(self.tokens) - len(self.pending)]
+
+    @property
     def text(self) -> str:
         """Generated text as UTF-8 (invalid bytes replaced), cut at the first stop string."""
         text = self.text_bytes.decode("utf-8", errors="replace")
@@ -84,7 +93,10 @@ class BranchState:
         return text
 
     def take(self, ctx: Context, row: int) -> None:
-        """Sample from batch row `row`, record the token, and decide whether to stop."""
+        """Sample from batch row `row` (its logits masked first under a constraint), record
+        the token and any the grammar then forces, and decide whether to stop."""
+        if self.guide is not None:
+            self.guide.apply(ctx.logits(row, writable=True))
         if self.keep_logits == "all" or (self.keep_logits and not self.step_logits):
             t = time.perf_counter_ns()
             self.step_logits.append(ctx.logits(row).copy())
@@ -94,10 +106,18 @@ class BranchState:
             self.on_row(ctx.logits(row), token)
         if self.t_first_ns is None:
             self.t_first_ns = time.perf_counter_ns()
-        if self.model.is_eog(token):
+        if self.model.is_eog(token):  # under a grammar, allowed only once it is complete
             self.stop_reason = "eog"
             return
+        self._record(token)
+        if self.guide is not None:
+            self.guide.accept(token)
+            self._fast_forward()
+
+    def _record(self, token: int) -> None:
+        """One more output token (sampled or forced): to decode next, its text, the stops."""
         self.tokens.append(token)
+        self.pending.append(token)
         piece = self.model.token_to_piece(token)
         self.text_bytes += piece
         if self.on_token is not None:
@@ -106,6 +126,21 @@ class BranchState:
             self.stop_reason = "stop"
         elif len(self.tokens) >= self.n_predict:
             self.stop_reason = "length"
+
+    def _fast_forward(self) -> None:
+        """Take the tokens the grammar forces now (they are decoded with the sampled one),
+        stop when it can take nothing more, and call a cut before completion `truncated`."""
+        guide = self.guide
+        assert guide is not None
+        if not self.done:
+            for token in guide.forced_tokens(self.n_predict - len(self.tokens)):
+                self._record(token)
+                if self.done:
+                    break
+        if not self.done and guide.stopped:
+            self.stop_reason = "grammar"
+        if self.stop_reason == "length" and not guide.accepting:
+            self.stop_reason = "truncated"
 
     def _hit_stop(self, n_new: int) -> bool:
         """Whether a stop string ends in the last n_new bytes (only the tail is searched, so a
@@ -146,16 +181,23 @@ def new_state(
     on_row: RowCallback | None = None,
 ) -> BranchState:
     """A branch about to decode its prompt at positions prefix_len, prefix_len+1, ...
-    (make_sampler: the sampler chain's factory; default llama.batch.Sampler)."""
+    (make_sampler(config, model): the sampler chain's factory; default llama.batch.Sampler).
+    A constraint llguidance applies gets its Guide here."""
     if make_sampler is None:
         from ..llama.batch import Sampler as make_sampler
+    guide = None
+    if sampler.constraint is not None and sampler.constraint.by_llguidance:
+        from ..llama.guide import Guide
+
+        guide = Guide(model, sampler.constraint)
     state = BranchState(
         name=name,
         seq_id=seq_id,
         prompt_tokens=prompt_tokens,
         n_predict=n_predict,
-        sampler=make_sampler(sampler),
+        sampler=make_sampler(sampler, model),
         model=model,
+        guide=guide,
         pos=prefix_len,
         stop=stop,
         on_token=on_token,

@@ -101,14 +101,16 @@ class Request:
 
     @property
     def cells(self) -> int:
-        """KV cells this request may fill beyond its shared prefix."""
+        """KV cells this request may fill beyond its shared prefix (forced tokens count
+        toward n_predict)."""
         return len(self.prompt) + self.n_predict
 
     @property
     def generating(self) -> bool:
-        """Whether its prompt is decoded and it has a token to continue from."""
+        """Whether its prompt is decoded and it has tokens to decode (its last sampled one, and
+        any its grammar forced after it)."""
         st = self.state
-        return st is not None and self.prompt_left == 0 and bool(st.tokens) and not st.done
+        return st is not None and self.prompt_left == 0 and bool(st.pending) and not st.done
 
     def inter_token_ms(self) -> tuple[float, ...]:
         """Gaps between consecutive generated tokens (ms)."""

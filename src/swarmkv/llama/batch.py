@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._native import ffi, lib
-from ..errors import BatchError, InitError
+from ..errors import BatchError, ConfigError, InitError
 from .config import LLAMA_MAX_SEQ
 from .owned import Owned
 from .sampling import SamplerConfig
@@ -18,6 +18,7 @@ __all__ = ["Batch", "Sampler", "SamplerConfig"]
 
 if TYPE_CHECKING:
     from .context import Context
+    from .model import Model
 
 
 def _check_int32(what: str, value: object, low: int, high: int = 2**31) -> None:
@@ -161,9 +162,15 @@ class Batch(Owned):
 class Sampler(Owned):
     """A llama sampler chain. One sampler per branch; use from one thread at a time."""
 
-    def __init__(self, config: SamplerConfig | None = None) -> None:
+    def __init__(self, config: SamplerConfig | None = None, model: Model | None = None) -> None:
+        """model: the vocabulary a GBNF constraint is parsed against (required for one)."""
         self.config = config or SamplerConfig()
         self.config.validate()
+        c = self.config.constraint
+        self._gbnf = None if c is None or c.by_llguidance else c.text.encode("utf-8")
+        if self._gbnf is not None and model is None:
+            raise ConfigError("a GBNF constraint needs the model: Sampler(config, model)")
+        self._vocab = model.vocab if self._gbnf is not None and model is not None else None
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         if chain == ffi.NULL:
             raise InitError("llama_sampler_chain_init returned NULL")
@@ -173,6 +180,8 @@ class Sampler(Owned):
             stage = make()
             if stage == ffi.NULL:
                 self.close()  # frees the chain and the stages already added to it, now
+                if name == "grammar":
+                    raise ConfigError("gbnf: llama.cpp cannot parse the grammar (see its log)")
                 raise InitError(f"llama_sampler_init_{name} returned NULL")
             lib.llama_sampler_chain_add(chain, stage)  # the chain now owns the stage
 
@@ -180,9 +189,14 @@ class Sampler(Owned):
         """Each stage's name and its llama_sampler_init_* call, made one at a time: a stage
         is owned by nobody until the chain takes it."""
         c = self.config
-        if c.greedy:
-            return [("greedy", lib.llama_sampler_init_greedy)]
         stages: list[tuple[str, Callable[[], Any]]] = []
+        if self._gbnf is not None:  # first: every later stage sees only what it allows
+            grammar = functools.partial(
+                lib.llama_sampler_init_grammar, self._vocab, self._gbnf, b"root"
+            )
+            stages.append(("grammar", grammar))
+        if c.greedy:
+            return [*stages, ("greedy", lib.llama_sampler_init_greedy)]
         if c.top_k is not None:
             stages.append(("top_k", functools.partial(lib.llama_sampler_init_top_k, c.top_k)))
         if c.top_p is not None:
@@ -204,7 +218,7 @@ class Sampler(Owned):
         # ctx.logits raises a Python error for that row instead.
         ptr = self.ptr  # raises once the sampler is closed, on every path
         logits = ctx.logits(i)
-        if self.config.greedy:
+        if self.config.greedy and self._gbnf is None:
             # The greedy sampler keeps no state, and llama_sampler_sample would first build a
             # candidate array over the whole vocabulary (262k entries on Gemma 3, ~1 ms per
             # branch and step); argmax picks the same token (the first maximum, as it does).

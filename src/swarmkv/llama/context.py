@@ -153,18 +153,19 @@ class Context(Owned):
         if rc != 0:
             raise NativeCallError("llama_decode", rc, _decode_reason(rc, n, self.n_ctx))
 
-    def logits(self, i: int) -> np.ndarray:
+    def logits(self, i: int, *, writable: bool = False) -> np.ndarray:
         """Logits of batch row i (negative counts from the end) of the last decode.
 
-        A read-only view into llama.cpp's buffer: the next decode overwrites it (`.copy()` to
-        keep it), and it keeps the context's memory alive, so reading it even after
-        `close()` is safe.
+        A view into llama.cpp's buffer, read-only unless writable (a constraint masks its
+        row in place, so that llama.cpp's sampler chain reads the masked row): the next
+        decode overwrites it (`.copy()` to keep it), and it keeps the context's memory alive,
+        so reading it even after `close()` is safe.
         """
         ptr = lib.llama_get_logits_ith(self.ptr, i)
         if ptr == ffi.NULL:
             raise NativeCallError("llama_get_logits_ith", 0, f"no logits for batch row {i}")
         view = np.frombuffer(ffi.buffer(self._export(ffi, ptr), 4 * self.n_vocab), np.float32)
-        view.flags.writeable = False
+        view.flags.writeable = writable
         return view
 
     # -- memory (KV cache) ------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 from ..checks import check_int, check_number
 from ..errors import ConfigError
 from .config import INT32_MAX
+from .constraint import Constraint
 
 # on_token(branch name, token id, decoded piece): called once per generated token
 TokenCallback = Callable[[str, int, str], None]
@@ -23,13 +24,18 @@ RowCallback = Callable[[Any, int], None]
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """temperature == 0 means greedy; otherwise top-k, top-p, min-p, temperature, then dist."""
+    """temperature == 0 means greedy; otherwise top-k, top-p, min-p, temperature, then dist.
+
+    constraint: what the output must match (a JSON schema, a regex, a choice, a grammar),
+    applied to each row's logits before the chain runs (swarmkv.llama.guide; GBNF as the
+    chain's first stage, llama.cpp's grammar sampler)."""
 
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
     min_p: float | None = None
     seed: int = 0
+    constraint: Constraint | None = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the first bad field (types, NaN and infinities included)."""
@@ -43,6 +49,10 @@ class SamplerConfig:
                 raise ConfigError(f"{name} must be in [0, 1], got {value}")
         if not 0 <= check_int("seed", self.seed) < 2**32:
             raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
+        if self.constraint is not None:
+            if not isinstance(self.constraint, Constraint):
+                raise ConfigError(f"constraint must be a Constraint, got {self.constraint!r}")
+            self.constraint.validate()
 
     @property
     def greedy(self) -> bool:

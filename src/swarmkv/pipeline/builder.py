@@ -27,6 +27,7 @@ from ..errors import ConfigError, DagError, PipelineError
 from ..kv.prefix_source import SnapshotSource
 from ..llama.budget import BranchNeed, plan_budget
 from ..llama.config import ContextConfig, FlashAttn
+from ..llama.constraint import Constraint
 from ..llama.model import Model
 from ..llama.models import default_model_path
 from ..llama.pool import HostBufferPool
@@ -156,11 +157,17 @@ class Pipeline:
         stop: Iterable[str] = (),
         required_prefix_tokens: int | None = None,
         on_token: TokenCallback | None = None,
+        constraint: Constraint | None = None,
     ) -> Pipeline:
         """Add a branch reading the document (and the upstream branches in after=); returns self.
 
+        constraint: what the output must match (`Constraint.json_schema(...)`, `.regex`,
+        `.choice`, `.grammar`, `.gbnf`, `.json_object()`), in every mode.
+
         Raises DagError for a name already used, ConfigError for a bad prompt, n_predict,
-        required_prefix_tokens, stop string or sampler setting; graph checks wait for run().
+        required_prefix_tokens, stop string, sampler setting or constraint (a GBNF grammar
+        is parsed by llama.cpp when run() starts, before the prefill); graph checks wait
+        for run().
         """
         if name in self.branches or (self.doc is not None and name == self.doc.name):
             raise DagError(f"duplicate node name {name!r}")
@@ -177,6 +184,7 @@ class Pipeline:
             stop=stop,
             required_prefix_tokens=required_prefix_tokens,
             on_token=on_token,
+            constraint=constraint,
         )
         node.validate()
         self.branches[name] = node
@@ -226,6 +234,8 @@ class Pipeline:
         branches = self.spec(opts.mode).validate()
         check_sequences(opts.mode, len(branches), self.base.n_batch)
         handoff.check(self.model, self.base)
+        for b in branches:  # a GBNF grammar parsed by llama.cpp, before the prefill
+            _check_constraint(self.model, b)
         assert self.doc is not None
         doc_tokens = self.doc.tokenize(self.model)
         reused = _reused(self.doc.snapshot, doc_tokens, handoff, branches)
@@ -380,3 +390,12 @@ def _result(
         kv_bytes=plan.ledger.kv_bytes,
         decode_stats=plan.stats.to_ms(),
     )
+
+
+def _check_constraint(model: Model, branch: BranchNode) -> None:
+    from ..llama.guide import check_constraint
+
+    try:
+        check_constraint(model, branch.sampler.constraint)
+    except ConfigError as exc:
+        raise ConfigError(f"branch {branch.name!r}: {exc}") from None

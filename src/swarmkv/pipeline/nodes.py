@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ..checks import check_int, check_name, check_utf8
 from ..engine.options import check_branch, read_document
 from ..errors import ConfigError
+from ..llama.constraint import Constraint
 from ..llama.sampling import SamplerConfig, TokenCallback
 
 if TYPE_CHECKING:  # nodes are pure specs: the model is only passed in to tokenize
@@ -109,13 +110,15 @@ class BranchNode:
         stop: Iterable[str] = (),
         required_prefix_tokens: int | None = None,
         on_token: TokenCallback | None = None,
+        constraint: Constraint | None = None,
     ) -> BranchNode:
         """A BranchNode from Pipeline.branch()'s keyword options (not yet validated).
 
-        after may be one name or several; the sampler fields become a SamplerConfig.
+        after may be one name or several; the sampler fields and the constraint become a
+        SamplerConfig.
         """
         deps = (after,) if isinstance(after, str) else tuple(after or ())
-        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed)
+        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed, constraint)
         return BranchNode(
             name, prompt, deps, n_predict, sampler, tuple(stop), required_prefix_tokens, on_token
         )

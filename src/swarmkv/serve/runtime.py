@@ -286,8 +286,7 @@ class Runtime:
                 self.cache.retire(job.seq, job.id, None, job.scope)
             else:
                 assert st is not None
-                gen = st.tokens if st.stop_reason == "eog" else st.tokens[:-1]
-                self.cache.retire(job.seq, job.id, job.tokens + gen, job.scope)
+                self.cache.retire(job.seq, job.id, job.tokens + st.decoded, job.scope)
                 self.finished += 1
             self.cond.notify_all()
         if error is not None:

@@ -32,7 +32,9 @@ from ..engine.sequence import chunk_bounds
 from ..engine.work import Document, Request, SeqIds
 from ..errors import ClosedError, ConfigError, ContextBudgetError, SwarmKVError, TimeoutError
 from ..llama.config import LLAMA_MAX_SEQ, ContextConfig
+from ..llama.constraint import Constraint
 from ..llama.context import Context
+from ..llama.guide import check_gbnf
 from ..llama.model import Model
 from ..llama.models import default_model_path
 from ..llama.sampling import SamplerConfig
@@ -222,21 +224,28 @@ class Swarm:
         seed: int = 0,
         stop: Iterable[str] = (),
         priority: int = 0,
+        constraint: Constraint | None = None,
     ) -> BranchHandle:
-        """Queue a branch reading document doc; returns its handle at once.
+        """Queue a branch reading document doc; returns its handle at once. constraint:
+        what its output must match (swarmkv.Constraint).
 
         ConfigError for a closed swarm, an unknown document, an empty prompt, n_predict or
-        priority not an integer (n_predict >= 1), bad sampler settings, or a branch that
-        could never fit the context.
+        priority not an integer (n_predict >= 1), bad sampler settings or constraint, or a
+        branch that could never fit the context.
         """
         self._check_open()
         seq_no = next(self._seq_no)
         label = f"q{seq_no}" if name is None else name
-        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed)
+        sampler = SamplerConfig(temperature, top_k, top_p, min_p, seed, constraint)
         stops = tuple(stop) if not isinstance(stop, str) else (stop,)
         # the same checks as a pipeline branch's (name, prompt, n_predict, sampler, stop)
         check_branch(label, prompt, n_predict, sampler, stops)
         check_priority(label, priority)
+        if constraint is not None and not constraint.by_llguidance:
+            try:
+                check_gbnf(self.model, constraint.text)  # llama.cpp's parser, on this thread
+            except ConfigError as exc:
+                raise ConfigError(f"branch {label!r}: {exc}") from None
         tokens = self.model.tokenize(prompt, add_special=False)
         handle = BranchHandle(label)
         with self.cond:
