@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 import swarmkv
 
 from support.decoding import prefill as prefill_tokens
+from support.serving import Served, serve_in_thread, tiny_args
 from support.tinymodel import make_tiny_model
 
 Prefill = Callable[..., int]
@@ -59,3 +61,18 @@ def prompt_tokens(tiny_model: swarmkv.Model) -> list[int]:
 def prefill() -> Prefill:
     """support.decoding.prefill, as a fixture (the tests that take it as an argument)."""
     return prefill_tokens
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_path: Path) -> Iterator[Served]:
+    """`swarmkv serve` in a thread on the tiny model (chatml chat template, 8 live), one per
+    module that asks for it."""
+    argv = tiny_args(tiny_model_path, "--max-live", "8", "--chat-template", "chatml")
+    with serve_in_thread(argv) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(served: Served) -> openai.OpenAI:
+    """The official `openai` client of `served`."""
+    return openai.OpenAI(base_url=served.v1, api_key="unused", max_retries=0)

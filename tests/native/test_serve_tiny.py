@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,18 +15,6 @@ import pytest
 from support.serving import Served, serve_in_thread, tiny_args
 
 DOC = "SwarmKV prefills a shared document once and fans its state out to many branches. " * 8
-
-
-@pytest.fixture(scope="module")
-def served(tiny_model_path: Path) -> Iterator[Served]:
-    argv = tiny_args(tiny_model_path, "--max-live", "8", "--chat-template", "chatml")
-    with serve_in_thread(argv) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def client(served: Served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=served.v1, api_key="unused", max_retries=0)
 
 
 def _model(client: openai.OpenAI) -> str:

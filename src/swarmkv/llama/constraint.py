@@ -135,16 +135,27 @@ def _to_grammar(matcher: Any, kind: str, text: str) -> str:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"json_schema: not JSON: {exc}") from None
-        if not isinstance(schema, dict | bool):
-            raise ConfigError(f"json_schema: a schema is an object, got {type(schema).__name__}")
-        # no whitespace between tokens: one spelling per value (as compact as JSON gets)
-        options = {"whitespace_flexible": False}
-        return str(matcher.grammar_from_json_schema(schema, overrides=options))
+        return _schema_grammar(matcher, schema)
     if kind == "regex":
         return str(matcher.grammar_from_regex(text))
     if kind == "choice":
         return str(matcher.grammar_from_lark(_choice_lark(text)))
     return str(matcher.grammar_from_lark(text))  # "grammar"
+
+
+def _schema_grammar(matcher: Any, schema: Any) -> str:
+    if schema is True:  # JSON Schema's "anything": llguidance takes options on objects only
+        schema = {}
+    if schema is False:
+        raise ConfigError("json_schema: the schema `false` accepts no value")
+    if not isinstance(schema, dict):
+        raise ConfigError(f"json_schema: a schema is an object, got {type(schema).__name__}")
+    # no whitespace between tokens: one spelling per value (as compact as JSON gets)
+    options = {"whitespace_flexible": False}
+    try:
+        return str(matcher.grammar_from_json_schema(schema, overrides=options))
+    except (ValueError, TypeError) as exc:  # e.g. an integer wider than 64 bits
+        raise ConfigError(f"json_schema: {exc}") from None
 
 
 def _choice_lark(text: str) -> str:

@@ -19,7 +19,15 @@ from ..llama.sampling import SamplerConfig
 if TYPE_CHECKING:
     from ..engine.work import Request
 
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length"}
+# a constraint's "grammar" (complete, can take nothing more) is a stop; "truncated" (cut at
+# max_tokens before the grammar completed) a length, as OpenAI and vLLM report both
+FINISH_REASONS = {
+    "eog": "stop",
+    "stop": "stop",
+    "length": "length",
+    "grammar": "stop",
+    "truncated": "length",
+}
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,9 @@ from ..errors import (
     SwarmKVError,
 )
 from ..llama.config import LLAMA_MAX_SEQ, ContextConfig
+from ..llama.constraint import Constraint
 from ..llama.context import Context
+from ..llama.guide import check_gbnf, tokenizer_for
 from ..llama.model import Model
 from ..llama.prefix_tokens import PrefixTokenizer
 from ..process.threads import Worker, wait_all
@@ -404,6 +406,17 @@ class Runtime:
         """Cells in use with nothing live or queued: the pinned and idle sequences'."""
         with self.cond:
             return self.cache.cells_used
+
+    def prepare_constraint(self, constraint: Constraint) -> None:
+        """ConfigError unless constraint applies to this model (on the caller's thread, like
+        tokenizing: the model is read-only). GBNF: parsed by llama.cpp's grammar sampler
+        on the vocabulary. llguidance: its tokenizer of the vocabulary built now (once per
+        model, about a second for a large vocabulary), or the engine thread would stall
+        every live request while it builds."""
+        if constraint.by_llguidance:
+            tokenizer_for(self.model)
+        else:
+            check_gbnf(self.model, constraint.text)
 
     def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         """A prompt's tokens: text with BOS and special tokens parsed (as llama-server

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -27,14 +28,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
-from ...errors import SwarmKVError
+from ...errors import ConfigError, SwarmKVError
 from ...llama.chat import ChatTemplate
+from ...llama.constraint import Constraint
 from ..runtime import Runtime
 from . import openapi
 from .complete import CHAT, COMPLETION, DEFAULT_CHAT_MAX_TOKENS, DEFAULT_MAX_TOKENS, Call, Kind
 from .errors import APIError, api_error
 from .metrics import Metrics
 from .schemas import ChatRequest, CompletionRequest
+from .structured import constraint_of, refused
 
 log = logging.getLogger("swarmkv.serve.http")
 
@@ -138,6 +141,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
                 400, "echo with logprobs (prompt logprobs) is not supported", param="echo"
             )
         tokens = _tokens(runtime, body.prompt, "prompt")
+        constraint = await _constraint(runtime, body)
         echo = ""
         if body.echo:
             echo = (
@@ -145,7 +149,9 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
                 if isinstance(body.prompt, str)
                 else runtime.model.detokenize(list(body.prompt))
             )
-        call = new_call(COMPLETION, body, tokens, echo=echo, top_logprobs=body.logprobs)
+        call = new_call(
+            COMPLETION, body, tokens, echo=echo, top_logprobs=body.logprobs, constraint=constraint
+        )
         return await _run(call, body.max_tokens or DEFAULT_MAX_TOKENS, scope, request, "prompt")
 
     @app.post("/v1/chat/completions", response_model=None, responses=openapi.COMPLETION)
@@ -162,7 +168,8 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
         top = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-        call = new_call(CHAT, body, tokens, top_logprobs=top)
+        constraint = await _constraint(runtime, body)
+        call = new_call(CHAT, body, tokens, top_logprobs=top, constraint=constraint)
         max_tokens = body.max_completion_tokens or body.max_tokens
         # no max_tokens: up to DEFAULT_CHAT_MAX_TOKENS, never past the context (a request
         # reserves its generation room, so "the rest of the context" would run them one by one)
@@ -252,6 +259,20 @@ def _content(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(part.text for part in content)
+
+
+async def _constraint(runtime: Runtime, body: Any) -> Constraint | None:
+    """The request's structured-output constraint, checked against the model before it is
+    queued (off the event loop: the first constrained request builds llguidance's tokenizer)."""
+    found = constraint_of(body)
+    if found is None:
+        return None
+    param, constraint = found
+    try:
+        await asyncio.to_thread(runtime.prepare_constraint, constraint)
+    except ConfigError as exc:
+        raise refused(param, f"{param}: {exc}") from exc
+    return constraint
 
 
 def _tokens(runtime: Runtime, prompt: Any, param: str) -> list[int]:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...llama.constraint import Constraint
 from ...llama.sampling import SamplerConfig
 from ..job import DoneEvent, ErrorEvent, Event, Job, TokenEvent
 from ..runtime import Runtime
@@ -50,6 +51,7 @@ class Call:
     tokens: list[int]
     echo: str = ""
     top_logprobs: int | None = None
+    constraint: Constraint | None = None  # every choice's (serve.http.structured)
 
     def __post_init__(self) -> None:
         self.id = self.kind.id_prefix + secrets.token_hex(12)
@@ -74,6 +76,7 @@ class Call:
                     None if body.top_p >= 1.0 else body.top_p,
                     body.min_p,
                     (seed + i) % 2**32,
+                    constraint=self.constraint,
                 )
                 sampler.validate()
                 job = Job(

@@ -8,7 +8,7 @@ Unknown fields are ignored, as OpenAI's SDKs send fields a server may not know."
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -47,7 +47,36 @@ class StreamOptions(Body):
     include_usage: bool = False
 
 
-class Sampling(Body):
+class JsonSchemaFormat(Body):
+    """OpenAI's `response_format.json_schema`: the schema is always enforced (`strict` or not)."""
+
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    # llama-server's extension: {"type": "json_object", "schema": {...}}
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class Structured(Body):
+    """Structured output, as OpenAI, llama-server and vLLM ask for it: at most one of these
+    (serve.http.structured)."""
+
+    response_format: ResponseFormat | None = None
+    json_schema: dict[str, Any] | bool | None = None  # llama-server
+    grammar: str | None = None  # llama-server: GBNF
+    guided_json: dict[str, Any] | str | None = None  # vLLM
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None  # llguidance's Lark-like syntax
+
+
+class Sampling(Structured):
     """The fields both endpoints share."""
 
     model: str | None = None
