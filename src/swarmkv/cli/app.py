@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from .._version import __version__
 from ..engine.options import read_stdin_document
 from ..errors import SwarmKVError, SwarmKVWarning
+from ..llama.constraint import Constraint
 from ..pipeline.modes import MODES
 from ..pipeline.toml import (
     BranchSpec,
@@ -38,6 +39,7 @@ from ..pipeline.toml import (
     build_pipeline,
     load_pipeline_spec,
 )
+from ..pipeline.toml_constraint import constraint_from_file
 from ..process.interrupt import Interrupted, ctrl_c_sets_flag
 from .demo import cmd_demo
 from .info import add_parser as add_info_parser
@@ -163,8 +165,32 @@ def _add_run(subs: Any) -> None:
         "bit-identical to a context of its own; --no-exact uses llama.cpp's fastest kernels "
         "(docs/results/exactness-cost.md measures both)",
     )
+    _add_constraint_flags(run)
     _common(run)
     run.set_defaults(func=_cmd_run)
+
+
+def _add_constraint_flags(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group(
+        "structured output",
+        "one constraint on every branch's output (a branch of a PIPELINE.toml that sets its "
+        "own keeps it)",
+    ).add_mutually_exclusive_group()
+    group.add_argument(
+        "--json-schema", metavar="FILE", help="JSON valid under the JSON schema in FILE"
+    )
+    group.add_argument("--json-object", action="store_true", help="one JSON object, any keys")
+    group.add_argument("--regex", metavar="RE", help="text the regular expression matches whole")
+    group.add_argument(
+        "--choice",
+        action="append",
+        metavar="TEXT",
+        help="one of these strings; repeat for each (--choice yes --choice no)",
+    )
+    group.add_argument(
+        "--grammar", metavar="FILE", help="a grammar in llguidance's Lark-like syntax, in FILE"
+    )
+    group.add_argument("--gbnf", metavar="FILE", help="a GBNF grammar (llama.cpp's format) in FILE")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,7 +277,27 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         temperature=args.temp,
         seed=args.seed,
         exact=args.exact,
+        constraint=constraint_from_args(args),
     )
+
+
+def constraint_from_args(args: argparse.Namespace) -> Constraint | None:
+    """The structured-output flag given (argparse allows one), validated; None without."""
+    for flag, key in (("json_schema", "json_schema_file"), ("grammar", "grammar_file"),
+                      ("gbnf", "gbnf_file")):  # fmt: skip
+        path = getattr(args, flag, None)
+        if path is not None:
+            return constraint_from_file(key, Path(path).expanduser(), "--" + flag.replace("_", "-"))
+    constraint = None
+    if getattr(args, "json_object", False):
+        constraint = Constraint.json_object()
+    elif getattr(args, "regex", None) is not None:
+        constraint = Constraint.regex(args.regex)
+    elif getattr(args, "choice", None):
+        constraint = Constraint.choice(args.choice)
+    if constraint is not None:
+        constraint.validate()
+    return constraint
 
 
 def spec_from_args(args: argparse.Namespace) -> PipelineFile:

@@ -10,6 +10,8 @@
     temperature = 0.0
     seed = 0
     exact = true                # batch-invariant decoding (default; see Pipeline)
+    regex = "[0-9]+"            # an output constraint for every branch without its own
+                                # (swarmkv.pipeline.toml_constraint: json_schema, regex, ...)
 
     [document]
     name = "doc"                # optional, default "doc"
@@ -30,6 +32,9 @@
     min_p = 0.05
     seed = 0
     stop = ["\\n\\n"]
+    json_schema = { type = "object", properties = { n = { type = "integer" } } }
+                                # or json_schema_file, json_object, regex, choice, grammar
+                                # (grammar_file), gbnf (gbnf_file): one, validated here
 
 A branch's own value wins over [settings] (and over the command line). Everything, the
 document file included, is checked by load_pipeline_spec without loading a model, so a typo
@@ -51,9 +56,12 @@ from ..errors import ConfigError
 from ..kv.file import read_file_header
 from ..llama.budget import GGML_MAX_N_THREADS
 from ..llama.config import INT32_MAX
+from ..llama.constraint import Constraint
 from .modes import MODES
 from .nodes import BranchNode, PrefillNode
 from .spec import DEFAULT_MODE, PipelineSpec, check_sequences
+from .toml_constraint import KEYS as CONSTRAINT_KEYS
+from .toml_constraint import pop_constraint
 
 if TYPE_CHECKING:
     from ..llama.model import Model
@@ -87,6 +95,7 @@ class Settings:
     temperature: float | None = None
     seed: int | None = None
     exact: bool | None = None
+    constraint: Constraint | None = None  # every branch's that sets none
 
     def merged(self, over: Settings) -> Settings:
         """These settings with every value `over` gives replacing ours."""
@@ -136,6 +145,7 @@ class BranchSpec:
     min_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,7 @@ class PipelineFile:
             "seed": _first(b.seed, s.seed, 0),
             "stop": b.stop,
             "required_prefix_tokens": b.required_prefix_tokens,
+            "constraint": b.constraint if b.constraint is not None else s.constraint,
         }
 
     def pipeline_spec(self) -> PipelineSpec:
@@ -207,6 +218,12 @@ _FLOAT: _Kind = (_is_float, "a finite number")
 _BOOL: _Kind = (lambda v: isinstance(v, bool), "true or false")
 _STRS: _Kind = (_is_str_list, "a list of strings")
 _STR_OR_STRS: _Kind = (lambda v: isinstance(v, str) or _is_str_list(v), "a string or strings")
+_TABLE: _Kind = (lambda v: isinstance(v, dict), "a table")
+# the output-constraint keys, in [settings] and [[branch]] (toml_constraint)
+_CONSTRAINT_KINDS: dict[str, _Kind] = {
+    k: {"json_schema": _TABLE, "json_object": _BOOL, "choice": _STRS}.get(k, _STR)
+    for k in CONSTRAINT_KEYS
+}
 
 _SETTINGS_KEYS: dict[str, _Kind] = {
     "mode": _STR,
@@ -218,6 +235,7 @@ _SETTINGS_KEYS: dict[str, _Kind] = {
     "temperature": _FLOAT,
     "seed": _INT,
     "exact": _BOOL,
+    **_CONSTRAINT_KINDS,
 }
 _DOCUMENT_KEYS: dict[str, _Kind] = {
     "name": _STR,
@@ -237,6 +255,7 @@ _BRANCH_KEYS: dict[str, _Kind] = {
     "min_p": _FLOAT,
     "seed": _INT,
     "stop": _STRS,
+    **_CONSTRAINT_KINDS,
 }
 _TOP_KEYS = ("settings", "document", "branch")
 
@@ -298,6 +317,7 @@ def _settings(data: Mapping[str, Any], base_dir: Path, label: str) -> Settings:
         values["model"] = base_dir / Path(values["model"]).expanduser()
     if "temperature" in values:
         values["temperature"] = float(values["temperature"])
+    values["constraint"] = pop_constraint(values, base_dir, where)
     return Settings(**values)
 
 
@@ -316,7 +336,7 @@ def _document(data: Mapping[str, Any], base_dir: Path, label: str) -> DocumentSp
     return DocumentSpec(**values)
 
 
-def _branch(index: int, entry: object, label: str) -> BranchSpec:
+def _branch(index: int, entry: object, base_dir: Path, label: str) -> BranchSpec:
     where = f"{label}branch[{index}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table ([[branch]]), got {type(entry).__name__}")
@@ -334,17 +354,18 @@ def _branch(index: int, entry: object, label: str) -> BranchSpec:
     for key in ("temperature", "top_p", "min_p"):
         if key in values:
             values[key] = float(values[key])
+    values["constraint"] = pop_constraint(values, base_dir, where)
     return BranchSpec(**values)
 
 
-def _branches(data: Mapping[str, Any], label: str) -> tuple[BranchSpec, ...]:
+def _branches(data: Mapping[str, Any], base_dir: Path, label: str) -> tuple[BranchSpec, ...]:
     entries = data.get("branch", [])
     if not isinstance(entries, list):
         raise ConfigError(f"{label}'branch' must be an array of tables ([[branch]])")
     if not entries:
         raise ConfigError(f"{label}no [[branch]] entries: give at least one")
     # 1-based, as a person counts the [[branch]] blocks in the file
-    return tuple(_branch(i, e, label) for i, e in enumerate(entries, start=1))
+    return tuple(_branch(i, e, base_dir, label) for i, e in enumerate(entries, start=1))
 
 
 # -- loading and validation -----------------------------------------------------------------
@@ -359,7 +380,7 @@ def parse_pipeline_spec(
     base = Path(base_dir)
     spec = PipelineFile(
         document=_document(data, base, label),
-        branches=_branches(data, label),
+        branches=_branches(data, base, label),
         settings=_settings(data, base, label),
         source=source,
     )
