@@ -24,7 +24,7 @@ def run_example(name: str, tmp_path: Path) -> str:
 
 def test_every_example_is_tested() -> None:
     tested = {"fan_out_by_hand.py", "fork_in_context.py", "rope_offset_pitfall.py",
-              "watermark_stream.py", "snapshot_to_disk.py"}  # fmt: skip
+              "watermark_stream.py", "snapshot_to_disk.py", "extract_fields.py"}  # fmt: skip
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
     for path in EXAMPLES.glob("*.py"):
         assert len(path.read_text().splitlines()) <= 80, f"{path.name} is over 80 lines"
@@ -63,3 +63,13 @@ def test_snapshot_to_disk(tmp_path: Path) -> None:
     out = run_example("snapshot_to_disk.py", tmp_path)
     assert "child: loaded in" in out and "no prefill" in out
     assert "child's answer identical: True" in out, out
+
+
+def test_extract_fields(tmp_path: Path) -> None:
+    out = run_example("extract_fields.py", tmp_path)  # it validates every complete answer
+    assert "document tokens prefilled once; 16 branches" in out
+    stops = re.findall(r"\[(\w+), \d+ forced\]", out)
+    assert len(stops) == 16 and set(stops) <= {"grammar", "truncated"}, out
+    valid = int(re.search(r"(\d+) of 16 answers valid JSON", out).group(1))  # type: ignore[union-attr]
+    assert valid == stops.count("grammar") >= 12, out
+    assert '{"founder":"Margaret Huxley","year":2003}' in out, out

@@ -218,3 +218,15 @@ def test_branches_finishing_at_different_steps_stay_exact(tiny_model: Model, mod
         assert got[name].tokens == base[name].tokens, name
         for k, (x, y) in enumerate(zip(got[name].step_logits, base[name].step_logits, strict=True)):
             assert nmse(x, y) == 0.0, f"{name} step {k}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_results_keep_the_order_branches_were_declared(tiny_model: Model, mode: str) -> None:
+    # the short branches finish first; the result still lists them as declared
+    names = ["long", "short", "mid", "tiny"]
+    with _pipe(tiny_model) as p:
+        for name, n in zip(names, (12, 1, 6, 2), strict=True):
+            p.branch(name, prompt=f" {name}:", n_predict=n)
+        result = p.run(mode)
+    assert list(result.branches) == names
+    assert [b["name"] for b in result.to_dict()["branches"]] == names

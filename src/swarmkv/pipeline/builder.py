@@ -314,6 +314,9 @@ class Pipeline:
             plan.ledger.release_snapshots()
             if owned is not None:
                 owned.release()
+        # the pipeline's order (as branch() declared them), not the order they finished in:
+        # a user zips the results with the inputs, and a Ray run keeps this order too
+        branches = {n: branches[n] for n in self.branches if n in branches}
         result = _result(plan, opts, outcomes, branches, time.perf_counter_ns())
         log.info(
             "%s: %d branches, prefill %.1f ms, e2e %.1f ms",
