@@ -6,6 +6,7 @@ it before anything is queued."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -104,6 +105,33 @@ def test_guided_json_and_llama_server_json_schema_agree(client: openai.OpenAI) -
     c = _complete(client, DOC + "JSON:", guided_json=json.dumps(VERDICT))
     assert a.choices[0].text == b.choices[0].text == c.choices[0].text
     jsonschema.validate(json.loads(a.choices[0].text), VERDICT)
+
+
+def test_logprobs_are_those_of_the_constrained_distribution(client: openai.OpenAI) -> None:
+    """Tokens a constraint forbids have probability zero: never listed (JSON has no -inf;
+    the fuzz found a 500 here), so a narrow regex lists fewer than asked; the drawn token's
+    probabilities sum to at most one; a token the grammar forced has logprob 0.0."""
+    out = _complete(client, DOC, guided_regex="\u00b8\u00fe", logprobs=14, stop="\u00f3")
+    lp = out.choices[0].logprobs
+    assert out.choices[0].text == "\u00b8\u00fe" and lp is not None
+    assert lp.token_logprobs is not None and lp.top_logprobs is not None
+    assert all(x is not None and x <= 0.0 for x in lp.token_logprobs), lp
+    assert sum(len(top) for top in lp.top_logprobs) < 14 * len(lp.top_logprobs), lp
+    for top in lp.top_logprobs:
+        assert sum(math.exp(x) for x in top.values()) <= 1.0 + 1e-9, top
+    chat = client.chat.completions.create(
+        model="",
+        messages=[{"role": "user", "content": DOC + "Verdict?"}],
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=20,
+        extra_body={"guided_choice": ["needs review"]},
+    )
+    assert chat.choices[0].message.content == "needs review"
+    content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content and all(t.logprob == 0.0 for t in content), content  # one answer: forced
+    assert all([e.token for e in t.top_logprobs] == [t.token] for t in content)
 
 
 def test_streamed_choices_match_the_whole_answer(client: openai.OpenAI) -> None:

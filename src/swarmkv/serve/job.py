@@ -90,15 +90,17 @@ class Job:
     _row: tuple[float, tuple[tuple[int, float], ...]] | None = field(default=None, repr=False)
 
     def take_row(self, logits: np.ndarray, token: int) -> None:
-        """Log-probabilities of this step's distribution (the model's, before sampling
-        settings), kept for the token event that follows."""
+        """Log-probabilities of the distribution this step's token was drawn from (the
+        model's after an llguidance constraint's mask, before sampling settings), kept for
+        the token event that follows. Tokens the constraint forbids have probability zero:
+        they are left out of the top ones (JSON has no -inf), so fewer than asked may come."""
         if self.top_logprobs is None:
             return
         row = logits.astype(np.float64)
         peak = row.max()
         lse = peak + np.log(np.exp(row - peak).sum())
         top: tuple[tuple[int, float], ...] = ()
-        k = self.top_logprobs
+        k = min(self.top_logprobs, int(np.isfinite(row).sum()))
         if k:
             idx = np.argpartition(-row, k - 1)[:k]
             idx = idx[np.lexsort((idx, -row[idx]))]  # by logit, then id: a fixed order
@@ -106,8 +108,14 @@ class Job:
         self._row = (float(row[token] - lse), top)
 
     def token_event(self, token: int, piece: bytes) -> TokenEvent:
-        """The event of a generated token (its logprobs taken by take_row)."""
+        """The event of a generated token (its logprobs taken by take_row). A token with no
+        row was forced by the constraint, not drawn: its probability was one (log 0.0)."""
         text = self._decoder.decode(piece)
-        lp, top = self._row if self._row is not None else (None, ())
+        lp, top = self._row if self._row is not None else self._forced(token)
         self._row = None
         return TokenEvent(token, piece, text, lp, top)
+
+    def _forced(self, token: int) -> tuple[float | None, tuple[tuple[int, float], ...]]:
+        if self.top_logprobs is None:
+            return None, ()
+        return 0.0, ((token, 0.0),) if self.top_logprobs else ()
