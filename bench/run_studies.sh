@@ -6,12 +6,12 @@
 #
 #   bash bench/run_studies.sh [STUDY ...]     # default: all of them, in this order
 #
-# Studies: paper branches exactness kernels snapshots swarm serve ray
+# Studies: paper branches exactness kernels snapshots swarm serve structured ray
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/results
 studies=("$@")
-[[ ${#studies[@]} -gt 0 ]] || studies=(paper branches exactness kernels snapshots swarm serve ray)
+[[ ${#studies[@]} -gt 0 ]] || studies=(paper branches exactness kernels snapshots swarm serve structured ray)
 
 paper() {
     # The seed paper's shape: a 3501-token document, 2 branches, 16 tokens, both kernel kinds.
@@ -65,6 +65,12 @@ serve() {
     # (-np 16 --kv-unified; -np 1 with its prompt cache), three seeds; the HTTP overhead probe.
     bash bench/build_llama_server.sh >/dev/null
     swarmkv bench --serve --agents 50 --rates 2 --trials 3 -t 2 --out "$out/serve"
+}
+
+structured() {
+    # 32 fork branches, each its own 5-field schema, free and constrained alternating.
+    python bench/structured_cost.py --doc-tokens 3501 --trials 3 \
+        -o "$out/structured/structured_cost.json"
 }
 
 ray() {

@@ -31,7 +31,8 @@ class BranchResult:
     (n_predict), "grammar" (a constraint that can take nothing more), "truncated" (n_predict
     reached before the constraint was complete: the text does not match it). forced_tokens:
     output tokens a constraint forced (fast-forward, not sampled); mask_ms: the constraint's
-    mask time per sampled step (a share of the step's masks computed together).
+    mask time per sampled step (a share of the step's masks computed together);
+    constraint_ms: all its constraint work (masks, applying them, accepting, fast-forward).
     """
 
     name: str
@@ -57,6 +58,7 @@ class BranchResult:
     inter_token_ms: tuple[float, ...] = field(default=(), repr=False)
     forced_tokens: int = 0
     mask_ms: tuple[float, ...] = field(default=(), repr=False)
+    constraint_ms: float = 0.0
     step_logits: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
     @property
@@ -106,6 +108,7 @@ def result_of(
         inter_token_ms=req.inter_token_ms(),
         forced_tokens=st.guide.forced if st.guide is not None else 0,
         mask_ms=tuple(ms(n) for n in st.guide.mask_ns) if st.guide is not None else (),
+        constraint_ms=ms(st.guide.constraint_ns) if st.guide is not None else 0.0,
         step_logits=tuple(st.step_logits),
         **timings,
     )

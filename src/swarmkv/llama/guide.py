@@ -105,8 +105,14 @@ class Guide:
             raise ConfigError(f"{constraint.describe()}: {self.matcher.get_error()}")
         self.mask: np.ndarray | None = None  # this step's, from compute_masks
         self.mask_ns: list[int] = []  # per step (a shared computation's share)
-        self.apply_ns = 0
+        self.host_ns = 0  # applying masks, accepting and fast-forwarding (not the masks)
         self.forced = 0  # tokens taken by fast-forward
+
+    @property
+    def constraint_ns(self) -> int:
+        """All this branch's constraint work so far: its masks' share, applying them,
+        accepting tokens and fast-forwarding."""
+        return sum(self.mask_ns) + self.host_ns
 
     @property
     def stopped(self) -> bool:
@@ -131,21 +137,25 @@ class Guide:
         allowed[:n] = bits[:n]
         np.copyto(row, np.float32(-np.inf), where=~allowed)
         self.mask = None
-        self.apply_ns += time.perf_counter_ns() - t
+        self.host_ns += time.perf_counter_ns() - t
 
     def accept(self, token: int) -> None:
         """Advance the matcher past token (one the mask allowed)."""
+        t = time.perf_counter_ns()
         if not self.matcher.consume_token(token):
             self._check()
+        self.host_ns += time.perf_counter_ns() - t
 
     def forced_tokens(self, limit: int) -> list[int]:
         """Up to limit tokens the grammar forces next, consumed (fast-forward)."""
         if limit <= 0 or self.matcher.is_stopped():
             return []
+        t = time.perf_counter_ns()
         forced = list(self.matcher.compute_ff_tokens())[:limit]
         if forced and not self.matcher.consume_tokens(forced):
             self._check()
         self.forced += len(forced)
+        self.host_ns += time.perf_counter_ns() - t
         return forced
 
     def _check(self) -> None:
