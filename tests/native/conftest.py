@@ -7,15 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import openai
 import pytest
 
 import swarmkv
 
 from support.decoding import prefill as prefill_tokens
-from support.serving import Served, serve_in_thread, tiny_args
 from support.tinymodel import make_tiny_model
+
+if TYPE_CHECKING:  # the serve fixtures import their extras when used: .ci/run's portable
+    import openai  # venv has only pytest and gguf, and loads this conftest too
+
+    from support.serving import Served
 
 Prefill = Callable[..., int]
 
@@ -67,6 +71,8 @@ def prefill() -> Prefill:
 def served(tiny_model_path: Path) -> Iterator[Served]:
     """`swarmkv serve` in a thread on the tiny model (chatml chat template, 8 live), one per
     module that asks for it."""
+    from support.serving import serve_in_thread, tiny_args
+
     argv = tiny_args(tiny_model_path, "--max-live", "8", "--chat-template", "chatml")
     with serve_in_thread(argv) as s:
         yield s
@@ -75,4 +81,6 @@ def served(tiny_model_path: Path) -> Iterator[Served]:
 @pytest.fixture(scope="module")
 def client(served: Served) -> openai.OpenAI:
     """The official `openai` client of `served`."""
+    import openai
+
     return openai.OpenAI(base_url=served.v1, api_key="unused", max_retries=0)

@@ -195,3 +195,32 @@ def test_a_probe_that_runs_too_long_is_a_failed_probe(monkeypatch: pytest.Monkey
     monkeypatch.setattr(subprocess, "run", too_slow)
     with pytest.raises(memprobe.SwarmKVError, match="memory probe of fork ran past"):
         memprobe.measure({"mode": "fork"}, CFG, "doc", ["q"])
+
+
+def _paper_records(modes: tuple[str, ...]) -> list:
+    return [
+        dataclasses.replace(r, config_id="N2-D3501-P16")
+        for r in synthetic_records(configs=[(2, 3501, 16)], modes=modes)
+    ]
+
+
+def test_paper_targets_cover_each_kernel_kind_that_ran() -> None:
+    """A run of exact modes only (what `swarmkv run` does) gets its targets measured against
+    baseline+inv, not listed NOT MEASURED under the plain names; a run of both gets both."""
+    from swarmkv_bench.output import all_speedups
+    from swarmkv_bench.targets import all_targets
+
+    for modes, kinds in (
+        (("baseline+inv", "host+inv", "fork+inv"), ("+inv",)),
+        (("baseline", "host", "fork", "baseline+inv", "host+inv", "fork+inv"), ("", "+inv")),
+    ):
+        records = _paper_records(modes)
+        run = BenchRun(BenchOptions(model_path=Path("m.gguf"), configs=(CFG,)), records=records,
+                       setup=dict(SETUP))  # fmt: skip
+        got = {t.name: t for t in all_targets(summarize(records), all_speedups(run), records)}
+        paper = {n: t for n, t in got.items() if n.startswith("paper:")}
+        assert len(paper) == 4 * len(kinds), sorted(paper)
+        assert all(t.status != "NOT MEASURED" for t in paper.values()), paper
+        if "+inv" in kinds:
+            assert "paper: fork+inv speedup_e2e (vs baseline+inv)" in paper
+        assert ("paper: fork speedup_e2e" in paper) == ("" in kinds)
