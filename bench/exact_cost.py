@@ -12,13 +12,13 @@ and generation ms per decode, and writes every trial as JSON (-o). Run on an idl
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
 import swarmkv as sk
 from swarmkv import Pipeline
 from swarmkv.pipeline.modes import ForkOptions
+from swarmkv_bench.metrics import spread
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
@@ -48,14 +48,7 @@ def one_run(
 
 def summary(trials: list[dict[str, float]]) -> dict[str, list[float]]:
     """Per metric: [median, min, max] over the measured trials."""
-    return {
-        k: [
-            statistics.median(t[k] for t in trials),
-            min(t[k] for t in trials),
-            max(t[k] for t in trials),
-        ]
-        for k in trials[0]
-    }
+    return {k: spread([t[k] for t in trials]) for k in trials[0]}
 
 
 def main() -> None:

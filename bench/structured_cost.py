@@ -19,7 +19,6 @@ Run on an idle machine.
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 import swarmkv as sk
 from swarmkv import Constraint, Pipeline
 from swarmkv_bench.field_schemas import field_prompt, field_schema
+from swarmkv_bench.metrics import spread
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
@@ -67,11 +67,7 @@ def one_run(model: sk.Model, doc: str, n: int, n_predict: int, constrained: bool
 
 def summary(trials: list[dict[str, float]]) -> dict[str, list[float]]:
     """Per metric: [median, min, max] over the measured trials."""
-    return {k: _spread([t[k] for t in trials]) for k in trials[0]}
-
-
-def _spread(values: list[float]) -> list[float]:
-    return [statistics.median(values), min(values), max(values)]
+    return {k: spread([t[k] for t in trials]) for k in trials[0]}
 
 
 def main() -> None:
@@ -109,7 +105,7 @@ def main() -> None:
     shares = [c["constraint_ms_per_step"] / f["ms_per_step"] for c, f in pairs]
     walls = [c["ms_per_step"] / f["ms_per_step"] - 1 for c, f in pairs]
     for key, values in (("constraint_share", shares), ("wall_step_cost", walls)):
-        out[key] = {"trials": values, "median_min_max": _spread(values)}
+        out[key] = {"trials": values, "median_min_max": spread(values)}
         print(f"{key}: " + ", ".join(f"{100 * v:+.1f}%" for v in values))
     if args.out:
         write_result(args.out, out, path)

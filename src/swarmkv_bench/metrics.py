@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,6 +18,11 @@ import numpy as np
 from .records import TrialRecord
 
 log = logging.getLogger("swarmkv.bench")
+
+
+def spread(values: Sequence[float]) -> list[float]:
+    """[median, min, max] of values (the docs' `spread` figures read this)."""
+    return [statistics.median(values), min(values), max(values)]
 
 
 @dataclass(frozen=True)

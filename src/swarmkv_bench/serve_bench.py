@@ -27,6 +27,7 @@ from typing import Any
 
 from swarmkv.errors import ConfigError
 
+from .metrics import spread
 from .peer_server import LlamaServer, ServerConfig, find_llama_server, log, size_n_ctx
 from .probe_words import PROBE_WORDS, probe_question
 from .swarm_arrivals import Arrival, poisson_arrivals
@@ -397,11 +398,6 @@ def run_serve_bench(opts: ServeBenchOptions) -> dict[str, Any]:
         "summary": summary(trials),
         "http_overhead": overhead(opts),
     }
-
-
-def spread(values: Sequence[float]) -> list[float]:
-    """[median, min, max] of values (the docs' `spread` figures read this)."""
-    return [statistics.median(values), min(values), max(values)]
 
 
 def summary(trials: list[dict[str, Any]]) -> dict[str, Any]:

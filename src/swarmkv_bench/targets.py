@@ -50,6 +50,11 @@ def _last_first_token(records: Sequence[TrialRecord], cfg: str, mode: str) -> fl
     return statistics.median(vals) if vals else None
 
 
+def _notes(*parts: str) -> str:
+    """A target's note from its non-empty parts."""
+    return "; ".join(p for p in parts if p)
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -124,7 +129,7 @@ def _wide_targets_of(
     fork_first = _last_first_token(records, WIDE, fork)
     # llama-server runs llama.cpp's plain kernels: against an exact fork, the pair is not
     # like for like, and the note says so
-    peer_note = "; llama-server runs plain kernels" if k else ""
+    plain_peer = "llama-server runs plain kernels" if k else ""
     return [
         Target(f"32 branches: {fork} vs {base} e2e", _speedup(sp, WIDE, fork, base), 12, ">=",
                "x"),
@@ -134,7 +139,7 @@ def _wide_targets_of(
             10,
             ">=",
             "x",
-            peer_note.lstrip("; "),
+            plain_peer,
         ),
         Target(
             f"32 branches: {fork} vs llama-server -np 1 e2e",
@@ -142,7 +147,7 @@ def _wide_targets_of(
             1.0,
             ">=",
             "x",
-            "no slower" + peer_note,
+            _notes("no slower", plain_peer),
         ),
         Target(
             f"32 branches: last first token, llama-server -np 1 / {fork}",
@@ -150,7 +155,7 @@ def _wide_targets_of(
             2.0,
             ">=",
             "x",
-            "from pipeline start" + peer_note,
+            _notes("from pipeline start", plain_peer),
         ),
         Target(f"32 branches: {host} vs {base} e2e", _speedup(sp, WIDE, host, base), 8, ">=",
                "x"),
