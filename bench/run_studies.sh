@@ -61,10 +61,11 @@ swarm() {
 }
 
 serve() {
-    # 50 agents through the openai async client against swarmkv serve and llama-server
-    # (-np 16 --kv-unified; -np 1 with its prompt cache), three seeds; the HTTP overhead probe.
+    # agents through the openai async client against swarmkv serve and llama-server
+    # (-np 1, -np 16 --kv-unified, -np 16), three seeds; the HTTP overhead probe.
     bash bench/build_llama_server.sh >/dev/null
-    swarmkv bench --serve --agents 50 --rates 2 --trials 3 -t 2 --out "$out/serve"
+    swarmkv bench --serve --workloads shared,multiturn --agents 50 --rates 2 --trials 3 \
+        --kernels exact -t 2 --out "$out/serve"
 }
 
 structured() {

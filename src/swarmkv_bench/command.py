@@ -15,7 +15,7 @@ from swarmkv.llama.budget import GGML_MAX_N_THREADS
 from swarmkv.llama.config import INT32_MAX, LLAMA_MAX_SEQ
 
 from .modes import PEER_PREFIX, PEERS, peer_setups
-from .probe_words import PROBE_WORDS
+from .serve_command import add_serve_options
 from .workload import BenchConfig
 
 PAPER_DOC_TOKENS = 3501
@@ -148,6 +148,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     )
     p.add_argument("--out", type=Path, default=Path("results"))
     _add_swarm_options(p)
+    add_serve_options(p)
     p.set_defaults(func=run)
     return p
 
@@ -174,25 +175,6 @@ def _add_swarm_options(p: argparse.ArgumentParser) -> None:
         "--max-live", type=count(1, LLAMA_MAX_SEQ - 1), default=16, help="live branches at most"
     )
     g.add_argument("--seed", type=count(0), default=0, help="seed of the arrivals")
-    g.add_argument(
-        "--serve",
-        action="store_true",
-        help="agents through the openai client against `swarmkv serve` and llama-server "
-        "(-np 16 --kv-unified, -np 1), --trials seeds from --seed at the first of --rates; "
-        "writes serve.json",
-    )
-    g.add_argument(
-        "--probes",
-        type=count(1, len(PROBE_WORDS) - 1),
-        default=len(PROBE_WORDS) - 1,
-        help="with --serve: requests of the HTTP overhead probe (each a question of its own)",
-    )
-    g.add_argument(
-        "--overhead-only",
-        action="store_true",
-        help="with --serve: only the HTTP overhead probe (no agents, no peers); writes "
-        "serve-overhead.json",
-    )
 
 
 def run_swarm(args: argparse.Namespace) -> int:

@@ -58,9 +58,14 @@ def document(model: Tokenizer, n_tokens: int, source: Path | None = None) -> str
     Cutting by tokens can end mid-sentence, which fidelity must survive anyway.
     """
     base = source.read_text(encoding="utf-8") if source else FOX * (n_tokens // 8 + 16)
+    return text_document(model, n_tokens, base, str(source) if source else "the fox text")
+
+
+def text_document(model: Tokenizer, n_tokens: int, base: str, name: str = "the text") -> str:
+    """The start of base that is exactly n_tokens tokens (BOS included)."""
     body = model.tokenize(base, add_special=False)
     if len(body) < n_tokens - 1:
-        raise ConfigError(f"{source} has {len(body)} tokens; {n_tokens} were asked for")
+        raise ConfigError(f"{name} has {len(body)} tokens; {n_tokens} were asked for")
     text = model.detokenize(body[: n_tokens - 1])
     got = len(model.tokenize(text))
     if got != n_tokens:  # a retokenization merge at the cut: trim until it fits

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,51 +16,85 @@ from support.proc import run, swarmkv_cmd
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.peer  # with llama-server when CI built it
-def test_serve_bench_writes_a_complete_result(tiny_model_path: Path, tmp_path: Path) -> None:
-    peers = "all" if os.environ.get("SWARMKV_LLAMA_SERVER") else "none"
-    cmd = swarmkv_cmd(
-        "bench",
-        "--serve",
-        "-m",
-        str(tiny_model_path),
-        "--agents",
-        "4",
-        "--rates",
-        "4",
-        "--trials",
-        "2",
-        "--doc-tokens",
-        "200",
-        "-n",
-        "4",
-        "--peers",
-        peers,
-        "--probes",
-        "3",
-        "--out",
-        str(tmp_path),
-    )
-    proc = run(cmd, cwd=tmp_path, timeout=900)
+SMALL = ("--agents", "4", "-n", "4", "--doc-tokens", "200", "--multiturn", "3x3",
+         "--groups", "2x2", "--group-tokens", "100", "--cold-tokens", "60")  # fmt: skip
+
+
+def _bench(model: Path, out: Path, *args: str) -> tuple[dict[str, Any], str]:
+    cmd = swarmkv_cmd("bench", "--serve", "-m", str(model), *SMALL, *args, "--out", str(out))
+    proc = run(cmd, cwd=out, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((tmp_path / "serve.json").read_text())
+    return json.loads((out / "serve.json").read_text()), proc.stdout
+
+
+def _runs(result: dict[str, Any], workload: str) -> list[dict[str, Any]]:
+    return result["workloads"][workload]["runs"]
+
+
+@pytest.mark.peer  # with llama-server when CI built it
+def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -> None:
+    peers = "all" if os.environ.get("SWARMKV_LLAMA_SERVER") else "none"
+    result, stdout = _bench(
+        tiny_model_path, tmp_path, "--workloads", "shared,multiturn", "--rates", "4",
+        "--trials", "2", "--kernels", "exact", "--peers", peers, "--probes", "3",
+    )  # fmt: skip
     assert result["provenance"]["command"].startswith("swarmkv bench --serve")
-    assert len(result["trials"]) == 2
-    for trial in result["trials"]:
-        systems = {s["system"]: s for s in trial["systems"]}
-        assert ("server-np1" in systems) == (peers == "all")
-        for s in systems.values():
-            assert s["errors"] == 0 and len(s["agents"]) == 4
-            assert all(a["completion_tokens"] >= 1 for a in s["agents"])
-        mine = systems["swarmkv"]
-        assert mine["identical_to_alone"] == mine["compared"] == 4
-        assert mine["cached_tokens_mean"] >= 190  # the warmed head, read from the cache
+    want = {"swarmkv"} | (
+        {"server-np1", "server-np16", "server-np16-unified"} if peers == "all" else set()
+    )
+    for name, agents in (("shared", 4), ("multiturn", 3)):
+        runs = _runs(result, name)
+        assert {r["system"] for r in runs} == want and {r["seed"] for r in runs} == {0, 1}
+        for r in runs:  # every request answered, its server's counts read
+            assert r["errors"] == 0 and r["requests"] == agents * (3 if name == "multiturn" else 1)
+            assert r["prompt_tokens_reused"] > 0 and r["peak_rss_bytes"] > 0
+            assert r["command"]["kernels"] == "exact"
+        mine = [r for r in runs if r["system"] == "swarmkv"]
+        assert all(r["identical_to_alone"] == r["compared"] == r["requests"] for r in mine)
+    turns = [q for r in _runs(result, "multiturn") for q in r["requests_log"] if q["turn"] == 2]
+    assert turns and all(q["cached_tokens"] > 200 for q in turns)  # its history, reused
+    if peers == "all":
+        assert result["peer_binary"]["build_flags"]["GGML_NATIVE"] in ("ON", "OFF")
+        assert {t["workload"] for t in result["targets"]} == {"shared", "multiturn"}
+        assert all(t["per_seed"] and len(t["per_seed"]) == 2 for t in result["targets"])
     oh = result["http_overhead"]
     tok = oh["tokenize_ms"]
     assert len(oh["serve_ttft_ms"]) == len(tok["whole_ms"]) == len(tok["server_ms"]) == oh["reps"]
     assert all(ms > 0 for ms in tok["whole_ms"] + tok["server_ms"])
-    assert set(result["summary"]["swarmkv"]) >= {"ttft_p99_ms", "tokens_per_s"}
-    assert "HTTP overhead" in proc.stdout
+    assert "HTTP overhead" in stdout
+    assert (tmp_path / "serve_report.md").read_text().count("| swarmkv/exact |") == 2
+
+
+def test_serve_bench_every_workload_both_kernels_and_a_burst(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    result, _ = _bench(
+        tiny_model_path, tmp_path, "--rates", "2", "--burst", "--trials", "1",
+        "--kernels", "exact,plain", "--peers", "none", "--skip-overhead",
+    )  # fmt: skip
+    assert set(result["workloads"]) == {"shared", "multiturn", "groups", "cold"}
+    assert "http_overhead" not in result
+    for work in result["workloads"].values():
+        assert [e["rate"] for e in work["by_rate"]] == [2.0, "burst"]
+        assert set(work["by_rate"][0]["summary"]) == {"swarmkv/exact", "swarmkv/plain"}
+        for r in work["runs"]:
+            assert r["errors"] == 0
+            if r["kernels"] == "exact":
+                assert r["identical_to_alone"] == r["compared"] == r["requests"]
+            if r["rate"] == "burst":  # the capacity every utilization is measured against
+                assert r["utilization"] is None and r["tokens_per_s"] == r["capacity_tokens_per_s"]
+            else:
+                assert 0 < r["utilization"] <= 1
+    reused = {
+        n: sum(r["prompt_tokens_reused"] for r in _runs(result, n)) for n in result["workloads"]
+    }
+    computed = {
+        n: sum(r["prompt_tokens_computed"] for r in _runs(result, n)) for n in result["workloads"]
+    }
+    assert reused["groups"] > computed["groups"]  # each group's head served from the cache
+    assert computed["cold"] > 4 * reused["cold"]  # nothing to share (a few words of "Record")
+    for png in ("shared_ttft_cdf", "cold_ttft_cdf"):
+        assert (tmp_path / "plots" / f"serve_{png}.png").stat().st_size > 0
 
 
 def test_overhead_only_writes_the_probe_alone(tiny_model_path: Path, tmp_path: Path) -> None:

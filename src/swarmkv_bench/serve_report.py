@@ -1,0 +1,168 @@
+"""serve_report.md and plots/ of `swarmkv bench --serve`: per workload, per rate, every system
+on one table (medians over the seeds, [min-max] where the seeds differ), the targets, and the
+plots: time-to-first-token CDFs per rate, p99 and tokens/s against the rate."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from .provenance import summary_lines
+
+COLUMNS = (
+    ("offered tok/s", None),
+    ("utilization", "utilization"),
+    ("TTFT p50 ms", "ttft_p50_ms"),
+    ("TTFT p99 ms", "ttft_p99_ms"),
+    ("queue p99 ms", "queue_p99_ms"),
+    ("ITL p50 ms", "itl_p50_ms"),
+    ("tok/s", "tokens_per_s"),
+    ("Jain (slowdown)", "jain_slowdown"),
+    ("prompt computed", "prompt_tokens_computed"),
+    ("prompt reused", "prompt_tokens_reused"),
+    ("peak RSS MiB", "peak_rss_bytes"),
+)
+
+
+def _cell(v: list[float] | None, key: str | None) -> str:
+    if v is None:
+        return "n/a"
+    scale = 1 / 2**20 if key == "peak_rss_bytes" else 1.0
+    med, lo, hi = (x * scale for x in v)
+    fmt = (
+        "{:.2f}"
+        if key in ("utilization", "jain_slowdown")
+        else "{:.0f}"
+        if med >= 100
+        else "{:.1f}"
+    )
+    shown = fmt.format(med)
+    return (
+        shown
+        if fmt.format(lo) == fmt.format(hi)
+        else f"{shown} [{fmt.format(lo)}-{fmt.format(hi)}]"
+    )
+
+
+def _offered(work: dict[str, Any], rate: Any) -> str:
+    runs = [r for r in work["runs"] if r["rate"] == rate and r["offered_tokens_per_s"]]
+    return f"{runs[0]['offered_tokens_per_s']:.1f}" if runs else "burst"
+
+
+def workload_section(name: str, work: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## {name}",
+        "",
+        f"{work['agents']} agents, {work['requests']} requests, "
+        f"{work['heads']} shared heads, {work['n_predict']} tokens each.",
+        "",
+    ]
+    head = ["rate", "system", *(c for c, _ in COLUMNS), "errors", "as alone", "past capacity"]
+    for entry in work["by_rate"]:
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for system, row in entry["summary"].items():
+            cells = [
+                _offered(work, entry["rate"]) if k is None else _cell(row[k], k) for _, k in COLUMNS
+            ]
+            past = ", ".join(
+                "?" if p is None else "yes" if p else "no" for p in row["past_capacity"]
+            )
+            lines.append(
+                f"| {entry['rate']} | {system} | "
+                + " | ".join(cells)
+                + f" | {row['errors']} | {row['identical_to_alone']} | {past} |"
+            )
+        lines.append("")
+    return lines
+
+
+def write_report(result: dict[str, Any], out: Path) -> list[Path]:
+    """serve_report.md and the plots; returns the paths written."""
+    from .serve_command import target_lines
+
+    lines = ["# swarmkv bench --serve", "", *summary_lines(result["provenance"]), ""]
+    lines += [
+        "Utilization is offered tokens/s over the system's most tokens/s at any rate of the "
+        "run (a burst, with --burst); past capacity, a system's latency is set by the burst "
+        "of arrivals, not by its scheduler. Queue time is time to first token less the same "
+        "request's alone. Slowdown is completion time over the same request's alone.",
+        "",
+    ]
+    lines += ["## Targets", "", "```", *target_lines(result["targets"]), "```", ""]
+    for name, work in result["workloads"].items():
+        lines += workload_section(name, work)
+    path = out / "serve_report.md"
+    path.write_text("\n".join(lines) + "\n")
+    plots = out / "plots"
+    plots.mkdir(exist_ok=True)
+    written = [path]
+    for name, work in result["workloads"].items():
+        written.append(_cdfs(name, work, plots))
+        numeric = [e for e in work["by_rate"] if e["rate"] != "burst"]
+        if len(numeric) > 1:
+            written.append(_by_rate(name, numeric, plots))
+    return written
+
+
+def _cdfs(name: str, work: dict[str, Any], plots: Path) -> Path:
+    rates = [e["rate"] for e in work["by_rate"]]
+    fig = Figure(figsize=(5 * len(rates), 4))
+    for k, rate in enumerate(rates):
+        ax = fig.add_subplot(1, len(rates), k + 1)
+        systems = dict.fromkeys(f"{r['system']}/{r['kernels']}" for r in work["runs"])
+        for system in systems:  # every seed's requests together
+            xs = sorted(
+                q["ttft_ms"]
+                for r in work["runs"]
+                if r["rate"] == rate and f"{r['system']}/{r['kernels']}" == system
+                for q in r["requests_log"]
+                if q["ttft_ms"] is not None
+            )
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=system)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("time to first token (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"{name}, rate {rate}")
+        ax.legend(fontsize=7)
+    return _save(fig, plots / f"serve_{name}_ttft_cdf.png")
+
+
+def _by_rate(name: str, entries: list[dict[str, Any]], plots: Path) -> Path:
+    fig = Figure(figsize=(11, 4))
+    p99, tps = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    systems = dict.fromkeys(s for e in entries for s in e["summary"])
+    for system in systems:
+        at = [(e["rate"], e["summary"][system]) for e in entries if system in e["summary"]]
+        xs = [rate for rate, _ in at]
+        p99.plot(
+            xs,
+            [row["ttft_p99_ms"][0] if row["ttft_p99_ms"] else math.nan for _, row in at],
+            marker="o",
+            label=system,
+        )
+        tps.plot(
+            xs,
+            [row["tokens_per_s"][0] if row["tokens_per_s"] else math.nan for _, row in at],
+            marker="o",
+            label=system,
+        )
+    p99.set_yscale("log")
+    p99.set_xlabel("agent arrivals per second")
+    p99.set_ylabel("p99 time to first token (ms, median over seeds)")
+    tps.set_xlabel("agent arrivals per second")
+    tps.set_ylabel("generated tokens per second")
+    tps.legend(fontsize=7)
+    return _save(fig, plots / f"serve_{name}_by_rate.png")
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

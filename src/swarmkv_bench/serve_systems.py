@@ -1,0 +1,146 @@
+"""The systems `swarmkv bench --serve` drives, each a fresh process on 127.0.0.1 per run:
+`swarmkv serve` and llama-server peers, in either kernel family.
+
+| system              | llama-server flags           | warmed with                  |
+|---------------------|------------------------------|------------------------------|
+| swarmkv             | (`swarmkv serve --max-live 16`) | each head once            |
+| server-np1          | -np 1, its prompt cache      | each head once               |
+| server-np16-unified | -np 16 --kv-unified          | 16 copies of the heads at once |
+| server-np16         | -np 16, a KV cache per slot  | 16 copies of the heads at once |
+
+Kernel families, like for like: `exact` runs SwarmKV's default (batch-invariant kernels) and
+the peers with LLAMA_BATCH_INVARIANT=1 and --no-repack; `plain` runs `swarmkv serve
+--no-exact` and the peers as built.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .peer_server import (
+    LlamaServer,
+    ServerConfig,
+    build_command,
+    read_peak_rss,
+    server_options,
+    size_n_ctx,
+)
+from .serve_process import ServeProcess
+from .serve_workloads import Workload
+
+# name: (slots, one KV buffer for all slots)
+PEERS = {"server-np16-unified": (16, True), "server-np16": (16, False), "server-np1": (1, False)}
+SYSTEMS = ("swarmkv", *PEERS)
+KERNELS = ("exact", "plain")
+MAX_LIVE = 16
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every system of a run shares."""
+
+    model: Path
+    threads: int
+    kernels: str
+    llama_server: Path | None
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A workload's token counts, which size every system's context."""
+
+    heads: int  # all its shared heads together (0: cold)
+    prompt: int  # its longest prompt at its longest: head, every question, every answer
+    own: int  # of that prompt, what is not the head
+
+
+def sizes(work: Workload, model: Any) -> Sizes:
+    """The workload's Sizes, counted with the model's tokenizer (n_predict per answer)."""
+    worst = max(work.agents, key=lambda a: len(a.head) + sum(map(len, a.questions)))
+    head = len(model.tokenize(worst.head))
+    asked = sum(len(model.tokenize(q, add_special=False)) for q in worst.questions)
+    own = asked + work.n_predict * len(worst.questions)
+    heads = sum(len(model.tokenize(h)) for h in work.heads)
+    return Sizes(heads, head + own, own if work.heads else head + own)
+
+
+def open_system(name: str, setup: Setup, work: Workload, size: Sizes) -> Any:
+    """The system's server, not yet started (a context manager)."""
+    if name == "swarmkv":  # the heads resident, and every live request's own tokens beside
+        n_ctx = size.heads + MAX_LIVE * (size.own + work.n_predict) + 1024
+        args = ["-m", str(setup.model), "-c", str(n_ctx), "-t", str(setup.threads)]
+        args += ["--max-live", str(MAX_LIVE), "--max-queue", str(max(256, len(work.agents)))]
+        return ServeProcess(args + ([] if setup.kernels == "exact" else ["--no-exact"]))
+    if setup.llama_server is None:
+        raise RuntimeError(f"{name} needs llama-server (bench/build_llama_server.sh)")
+    return LlamaServer(setup.llama_server, peer_config(name, setup, work, size.prompt))
+
+
+def peer_config(name: str, setup: Setup, work: Workload, prompt_tokens: int) -> ServerConfig:
+    """The peer's llama-server configuration at its best: every slot holds the longest prompt
+    and its answer, flash attention, the full sliding window (like SwarmKV)."""
+    n_parallel, unified = PEERS[name]
+    return ServerConfig(
+        setup.model,
+        size_n_ctx(prompt_tokens, work.n_predict, n_parallel, kv_unified=unified),
+        n_parallel,
+        setup.threads,
+        512,
+        unified,
+        swa_full=True,
+        flash_attn="on",
+        batch_invariant=setup.kernels == "exact",
+    )
+
+
+def warm_copies(name: str, work: Workload) -> int:
+    """How many copies of each head warm the system: enough to put one in every slot."""
+    slots = PEERS[name][0] if name in PEERS else 1
+    return max(1, math.ceil(slots / max(1, len(work.heads))))
+
+
+def describe(name: str, setup: Setup, server: Any) -> dict[str, Any]:
+    """The system's command line, as run (provenance of each peer)."""
+    if isinstance(server, LlamaServer):
+        options = server_options(server.binary)
+        cmd = build_command(server.binary, server.config, server.port or 0, options)
+        env = {"LLAMA_BATCH_INVARIANT": "1"} if server.config.batch_invariant else {}
+        return {"system": name, "kernels": setup.kernels, "command": cmd, "env": env}
+    return {"system": name, "kernels": setup.kernels, "command": ["swarmkv", "serve", *server.args]}
+
+
+def peak_rss(server: Any) -> int | None:
+    """The server process's peak resident set (VmHWM) so far, in bytes."""
+    if isinstance(server, LlamaServer):
+        return server.peak_rss_bytes()
+    proc = getattr(server, "proc", None)
+    return read_peak_rss(proc.pid) if proc is not None else None
+
+
+BUILD_KEYS = re.compile(
+    r"^((?:GGML|LLAMA)_\w+|CMAKE_BUILD_TYPE|BUILD_SHARED_LIBS):(?:BOOL|STRING)=(.*)$"
+)
+
+
+def binary_info(binary: Path) -> dict[str, Any]:
+    """A peer binary's provenance: its --version, and the build switches of the CMake tree it
+    was built in (bench/build_llama_server.sh: BUILD/bin/llama-server beside BUILD's cache).
+    The patches are the provenance block's: the same vendored tree."""
+    proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    cache = binary.resolve().parent.parent / "CMakeCache.txt"
+    flags = {}
+    if cache.is_file():
+        for line in cache.read_text(errors="replace").splitlines():
+            if m := BUILD_KEYS.match(line):
+                flags[m.group(1)] = m.group(2)
+    return {
+        "binary": str(binary),
+        "version": (proc.stdout + proc.stderr).strip().splitlines()[-2:],
+        "cmake_cache": str(cache) if cache.is_file() else None,
+        "build_flags": flags,
+    }

@@ -1,0 +1,182 @@
+"""`swarmkv bench --serve`'s plain-Python parts: the workloads' texts and arrivals, one run's
+figures, utilization, the summary over seeds and the targets (no native library, no server)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from swarmkv.errors import ConfigError
+from swarmkv_bench.serve_bench import rotated
+from swarmkv_bench.serve_load import Request
+from swarmkv_bench.serve_stats import add_utilization, in_flight, run_stats, summarize
+from swarmkv_bench.serve_targets import keeps_up_rate, operating_rate, targets
+from swarmkv_bench.serve_workloads import Shapes, Workload, arrival_times, build, varied_text
+
+
+class Words:
+    """A tokenizer of one token per word (BOS, id 0, first): enough to cut texts to counts."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.words: list[str] = ["<bos>"]
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        out = [0] if add_special else []
+        for w in text.split(" "):
+            if w and w not in self.ids:
+                self.ids[w] = len(self.words)
+                self.words.append(w)
+            out += [self.ids[w]] if w else []
+        return out
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return " ".join(self.words[t] for t in tokens if t)
+
+
+def words_model() -> Words:
+    return Words()
+
+
+SMALL = Shapes(head_tokens=40, agents=5, multiturn_agents=3, turns=2, groups=2, group_agents=3,
+               group_tokens=30, cold_tokens=20, n_predict=4)  # fmt: skip
+
+
+def test_every_workload_has_the_shape_it_names() -> None:
+    m = words_model()
+    shared, multi, groups, cold = (
+        build(n, m, SMALL) for n in ("shared", "multiturn", "groups", "cold")
+    )
+    assert len(shared.agents) == 5 and shared.requests == 5 and len(shared.heads) == 1
+    assert all(a.head == shared.heads[0] for a in shared.agents)
+    assert len({a.questions for a in shared.agents}) == 5  # distinct questions
+    assert multi.requests == 6 and all(len(a.questions) == 2 for a in multi.agents)
+    assert len(groups.agents) == 6 and len(set(groups.heads)) == 2
+    assert [a.group for a in groups.agents] == [0, 1, 0, 1, 0, 1]  # interleaved
+    assert all(len(m.tokenize(h)) == 30 for h in groups.heads)
+    assert cold.heads == () and len({a.head for a in cold.agents}) == 5  # nothing shared
+    assert all(len(m.tokenize(a.head)) == 20 for a in cold.agents)
+    with pytest.raises(ConfigError, match="unknown workload 'hot'"):
+        build("hot", m, SMALL)
+
+
+def test_heads_of_different_seeds_share_no_prefix() -> None:
+    a, b = varied_text(0), varied_text(1)
+    assert a.split(".")[0] != b.split(".")[0] and a == varied_text(0)
+
+
+def test_arrivals_are_seeded_poisson_and_a_burst_is_all_at_once() -> None:
+    xs = arrival_times(2000, 4.0, seed=3)
+    assert xs == arrival_times(2000, 4.0, seed=3) != arrival_times(2000, 4.0, seed=4)
+    assert xs == sorted(xs) and xs[-1] / 2000 == pytest.approx(0.25, rel=0.1)
+    assert arrival_times(3, math.inf, seed=0) == [0.0, 0.0, 0.0]
+
+
+def test_rotated_starts_each_seed_with_another_system() -> None:
+    names = ["a", "b", "c"]
+    assert [rotated(names, k)[0] for k in range(4)] == ["a", "b", "c", "a"]
+
+
+def _req(i: int, ttft: float, done: float, text: str = "x", **kw: Any) -> Request:
+    return Request(i, 0, 0, ttft_ms=ttft, done_ms=done, text=text, completion_tokens=2,
+                   gaps_ms=[1.0], **kw)  # fmt: skip
+
+
+def _work(agents: int = 4) -> Workload:
+    return build("shared", words_model(), Shapes(head_tokens=10, agents=agents, n_predict=2))
+
+
+def test_one_runs_figures() -> None:
+    reqs = [_req(i, 10.0 * (i + 1), 100.0, prompt_tokens=50, cached_tokens=40) for i in range(3)]
+    reqs.append(Request(3, 0, 0, error="boom"))
+    alone = [_req(i, 5.0, 50.0, text="x" if i else "y") for i in range(4)]
+    s = run_stats(reqs, alone, 2.0, _work(), 2.0)
+    assert s["errors"] == 1 and s["tokens"] == 6 and s["tokens_per_s"] == 3.0
+    assert s["offered_tokens_per_s"] == 2.0 * 2  # 2 agents/s x 1 turn x 2 tokens
+    assert s["identical_to_alone"] == 2 and s["compared"] == 3  # agent 0's alone differs
+    assert s["prompt_tokens_computed"] == 30 and s["prompt_tokens_reused"] == 120
+    assert s["queue_ms"]["p50"] == pytest.approx(15.0)  # 20 less its 5 alone
+    assert s["jain_slowdown"] == pytest.approx(1.0)  # every one slowed 2x: fair
+    assert run_stats(reqs, alone, 2.0, _work(), math.inf)["offered_tokens_per_s"] is None
+
+
+def test_a_server_without_cached_tokens_leaves_the_split_unknown() -> None:
+    reqs = [_req(0, 1.0, 2.0, prompt_tokens=50)]
+    s = run_stats(reqs, reqs, 1.0, _work(1), 1.0)
+    assert s["prompt_tokens_computed"] is None and s["prompt_tokens_reused"] is None
+
+
+def test_in_flight_is_the_time_weighted_count_of_open_requests() -> None:
+    # sent at 0, 1 and 1 s; answered after 2, 2 and 1 s: open 1 for [0,1), 3 for [1,2),
+    # 1 for [2,3) -> mean 5/3 over the 3 s span, at most 3
+    reqs = [Request(i, 0, 0, sent_s=t, done_ms=d) for i, (t, d) in
+            enumerate(((0.0, 2000.0), (1.0, 2000.0), (1.0, 1000.0)))]  # fmt: skip
+    assert in_flight(reqs) == {"mean": pytest.approx(5 / 3), "max": 3.0}
+    assert in_flight([Request(0, 0, 0)]) == {"mean": 0.0, "max": 0.0}  # none answered
+
+
+def _run(
+    system: str, rate: Any, seed: int, tps: float, p99: float, live: float, **kw: Any
+) -> dict[str, Any]:
+    offered = None if rate == "burst" else rate * 10
+    return {
+        "system": system, "kernels": "exact", "rate": rate, "seed": seed, "tokens_per_s": tps,
+        "offered_tokens_per_s": offered, "ttft_ms": {"p50": p99 / 2, "p95": p99, "p99": p99},
+        "itl_ms": {"p50": 1, "p95": 1, "p99": 1}, "done_ms": {"p50": 1, "p95": 1, "p99": 1},
+        "queue_ms": {"p50": 1, "p95": 1, "p99": 1}, "jain_slowdown": 0.9, "errors": 0,
+        "identical_to_alone": 4, "compared": 4, "in_flight": {"mean": live, "max": live},
+        "prompt_tokens_computed": kw.get("computed"), "prompt_tokens_reused": 0,
+        "peak_rss_bytes": 2**20,
+    }  # fmt: skip
+
+
+def test_utilization_is_offered_over_the_most_the_system_reached() -> None:
+    runs = [_run("swarmkv", 1.0, 0, 10.0, 100, 2), _run("swarmkv", 4.0, 0, 30.0, 200, 12),
+            _run("swarmkv", "burst", 0, 50.0, 900, 30)]  # fmt: skip
+    add_utilization(runs)
+    assert [r["utilization"] for r in runs] == [0.2, 0.8, None]
+    assert [r["past_capacity"] for r in runs] == [False, False, None]
+    assert all(r["capacity_tokens_per_s"] == 50.0 for r in runs)
+
+
+def _workload(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    add_utilization(runs)
+    rates = list(dict.fromkeys(r["rate"] for r in runs))
+    by_rate = [
+        {"rate": x, "summary": summarize([r for r in runs if r["rate"] == x])} for x in rates
+    ]
+    return {"runs": runs, "by_rate": by_rate}
+
+
+def test_targets_judge_the_operating_rate_and_the_worst_seed() -> None:
+    runs = []
+    for seed, peer_p99 in ((0, 1000.0), (1, 400.0)):
+        runs += [_run("swarmkv", 1.0, seed, 10.0, 50, 3),
+                 _run("server-np1", 1.0, seed, 10.0, 60, 3),
+                 _run("swarmkv", 4.0, seed, 40.0, 100, 12),
+                 _run("server-np1", 4.0, seed, 20.0, peer_p99, 40),
+                 _run("swarmkv", "burst", seed, 60.0, 300, 30),
+                 _run("server-np1", "burst", seed, 20.0, 3000, 40)]  # fmt: skip
+    work = _workload(runs)
+    assert operating_rate(work, "exact") == 4.0  # 12 live; burst is never the operating rate
+    assert keeps_up_rate(work, "exact") == 1.0  # at 4/s server-np1 is past its 20 tok/s
+    got = {(t["at"], t["target"][:8]): t for t in targets({"shared": work}, ["exact"])}
+    ttft = got[("operating", "p99 TTFT")]
+    assert ttft["per_seed"] == [10.0, 4.0] and ttft["pass"] is False  # seed 1 fails 5x
+    assert got[("operating", "tokens/s")]["per_seed"] == [2.0, 2.0]
+    assert got[("operating", "tokens/s")]["pass"] is True
+    assert got[("keeps-up", "p99 TTFT")]["per_seed"] == [pytest.approx(1.2)] * 2
+    summary = work["by_rate"][1]["summary"]["server-np1/exact"]
+    assert summary["ttft_p99_ms"] == [700.0, 400.0, 1000.0] and summary["past_capacity"] == [
+        True,
+        True,
+    ]
+
+
+def test_multiturn_target_is_computed_prompt_tokens_against_server_np16() -> None:
+    runs = [_run("swarmkv", 1.0, 0, 10.0, 50, 3, computed=100),
+            _run("server-np16", 1.0, 0, 10.0, 50, 3, computed=1000)]  # fmt: skip
+    (t,) = targets({"multiturn": _workload(runs)}, ["exact"])
+    assert t["per_seed"] == [0.1] and t["pass"] is True and t["goal"] == "<= 0.2"
