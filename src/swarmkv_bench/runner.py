@@ -265,14 +265,18 @@ def _trial(
     progress: Progress | None,
     refs: dict[str, PipelineResult],
 ) -> dict[str, dict[str, list[int]]]:
-    """Run every mode once; returns each baseline's tokens per branch (for the peers).
+    """Run every mode once, in rotated order; returns each baseline's tokens per branch (for
+    the peers).
 
     With reference_trials set, baselines run only in the first that many measured trials
     (no warm-up) and later trials are checked against their last result, kept in refs.
     """
     keep = logits_kept(specs, cfg)
     done: dict[str, PipelineResult] = {}
-    for spec in specs:  # baselines first: every other mode is checked against its reference
+    # Every mode runs first, in an order that rotates from trial to trial (so no mode always
+    # follows the same one, nor always runs on a cold or a warm machine); each is checked
+    # against its reference after, once all of this trial's results are in.
+    for spec in rotate(specs, trial):
         if not _runs_in(run.options, spec, trial):
             if spec.name in refs:
                 done[spec.name] = refs[spec.name]
@@ -280,12 +284,15 @@ def _trial(
         if progress:
             progress(f"{cfg.config_id} trial {trial} {spec.name}")
         try:
-            res = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
+            done[spec.name] = pipes[spec.name].run(mode=spec.mode, keep_logits=keep)
         except Interrupted:
             raise  # Ctrl-C ends the benchmark, it is not a broken mode
         except SwarmKVError as exc:  # one broken mode must not sink the whole run
             _note(run, f"{cfg.config_id} {spec.name} trial {trial} failed: {exc}")
-            continue
+    for spec in specs:
+        res = done.get(spec.name)
+        if res is None or not _runs_in(run.options, spec, trial):
+            continue  # failed, or a baseline kept from an earlier trial (recorded there)
         ref = done.get(spec.reference) if spec.name != spec.reference else None
         replay = done.get(spec.replay)  # each branch alone with the reference's settings
         rec = from_pipeline_result(
@@ -302,7 +309,6 @@ def _trial(
             extra={**res.decode_stats, **_waits(res)},
         )
         run.records.append(dataclasses.replace(rec, mode=spec.name))
-        done[spec.name] = res
         if spec.mode == "baseline":
             refs[spec.name] = res
     return {
@@ -310,6 +316,13 @@ def _trial(
         for s in specs
         if s.mode == "baseline" and s.name in done
     }
+
+
+def rotate(specs: list[ModeSpec], trial: int) -> list[ModeSpec]:
+    """specs in the order trial runs them: rotated left by trial (the warm-ups' negative
+    trials included), so each mode leads in turn."""
+    k = trial % len(specs) if specs else 0
+    return [*specs[k:], *specs[:k]]
 
 
 def logits_kept(specs: list[ModeSpec], cfg: BenchConfig) -> bool | str:

@@ -224,3 +224,36 @@ def test_paper_targets_cover_each_kernel_kind_that_ran() -> None:
         if "+inv" in kinds:
             assert "paper: fork+inv speedup_e2e (vs baseline+inv)" in paper
         assert ("paper: fork speedup_e2e" in paper) == ("" in kinds)
+
+
+def test_modes_run_in_rotated_order_and_each_is_judged_against_this_trials_baseline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs, _ = split_modes(["fork", "host"])
+    order: list[str] = []
+
+    class Pipe:  # a pipeline that records when it ran and returns a result of its own
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def run(self, mode: str, keep_logits: Any) -> Any:
+            order.append(self.name)
+            return type("Result", (), {"branches": {}, "decode_stats": {}, "name": self.name})()
+
+    judged: list[tuple[str, str | None]] = []
+
+    def record(res: Any, *, baseline: Any, trial: int, **kw: Any) -> Any:
+        judged.append((res.name, baseline.name if baseline is not None else None))
+        return synthetic_records()[0]
+
+    monkeypatch.setattr(runner, "from_pipeline_result", record)
+    pipes: Any = {s.name: Pipe(s.name) for s in specs}
+    run = _run()
+    run.records = []
+    for trial in (-1, 0, 1):
+        runner._trial(run, CFG, trial, specs, pipes, None, {})
+    names = [s.name for s in specs]
+    assert order[:3] == [names[-1], *names[:-1]]  # the warm-up (trial -1) starts with the last
+    assert order[3:6] == names and order[6:] == [*names[1:], names[0]]
+    assert all(b == "baseline" for m, b in judged if m != "baseline")  # always, in any order
+    assert [r.mode for r in run.records[:3]] == names  # recorded in declaration order
