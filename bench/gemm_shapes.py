@@ -2,11 +2,11 @@
 """One weight product at a time: ggml MUL_MAT of the default model's weight shapes by 1 to 64
 activation rows, SwarmKV's weight kernels against the ones they replace (each setting in a
 fresh process, alternating), so each shape can keep whichever is faster: patch 0004's skinny
-GEMM for Q8_0/Q5_0 (SWARMKV_SKINNY_GEMM) and patch 0008's K-quant rows for Q4_K/Q6_K
-(SWARMKV_KQUANT_ROWS; batch-invariant mode only), both switched together (1: on, 0: off).
-Batch-invariant mode is on by default (every Q8_0/Q5_0 shape goes through the skinny GEMM
-there); --no-exact measures llama.cpp's own dispatch, where the skinny GEMM takes only shapes
-of SWARMKV_SKINNY_MIN_ROWS rows and more.
+GEMM for Q8_0/Q5_0 (the backend switch skinny_gemm) and patch 0008's K-quant rows for
+Q4_K/Q6_K (kquant_rows; batch-invariant mode only), both switched together (1: on, 0: off;
+swarmkv.llama.kernel_switches). Batch-invariant mode is on by default (every Q8_0/Q5_0 shape
+goes through the skinny GEMM there); --no-exact measures llama.cpp's own dispatch against
+skinny_gemm=2 (the skinny GEMM for shapes of 16 rows and more in plain mode too).
 
     python bench/gemm_shapes.py [--rows 1,2,4,8,16,32,64] [--trials 3] [-o f.json]
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -43,17 +42,27 @@ def child(args: argparse.Namespace) -> None:
     out = {}
     for name, type_name, k, m in SHAPES:
         for n in args.row_counts:
-            times = mul_mat_ms(type_name, k, m, n, args.threads, args.exact, args.reps)
+            times = mul_mat_ms(
+                type_name, k, m, n, args.threads, args.exact, args.reps, switches_of(args)
+            )
             out[f"{name}|{n}"] = statistics.median(times)
     json.dump(out, sys.stdout)
 
 
+def switches_of(args: argparse.Namespace) -> dict[str, int]:
+    """The child's kernel switches: on (1) or off (0) together; plain mode's "on" is 2, the
+    skinny GEMM outside batch-invariant mode."""
+    on = args.setting == 1
+    return {"skinny_gemm": (1 if args.exact else 2) if on else 0, "kquant_rows": int(on)}
+
+
 def run_setting(args: argparse.Namespace, skinny: str) -> dict[str, float]:
-    env = {**os.environ, "SWARMKV_SKINNY_GEMM": skinny, "SWARMKV_KQUANT_ROWS": skinny}
     cmd = [
         sys.executable,
         __file__,
         "--child",
+        "--setting",
+        skinny,
         "--rows",
         args.rows,
         "--threads",
@@ -62,7 +71,7 @@ def run_setting(args: argparse.Namespace, skinny: str) -> dict[str, float]:
         str(args.reps),
         "--exact" if args.exact else "--no-exact",
     ]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 
@@ -78,6 +87,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--setting", type=int, choices=(0, 1), default=1, help=argparse.SUPPRESS)
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
     args.row_counts = [int(x) for x in args.rows.split(",")]

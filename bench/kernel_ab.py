@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Patches 0004 (skinny GEMM), 0005 (batch-invariant attention) and 0008 (K-quant rows)
 against the kernels they replace, side by side in one run: prefill chunk, 1-branch step and
-N-branch steps, measured with all on and all off (SWARMKV_SKINNY_GEMM, SWARMKV_BI_ATTN and
-SWARMKV_KQUANT_ROWS = 1 / 0). Attention's new path and the K-quant rows serve
-batch-invariant mode only, so with --no-exact only the GEMM changes.
+N-branch steps, measured with all on and all off (the context's kernel switches skinny_gemm,
+bi_attn and kquant_rows = 1 / 0; swarmkv.llama.kernel_switches). Every one of them serves
+batch-invariant mode only by default, so with --no-exact nothing changes unless --after asks
+for skinny_gemm=2 (the skinny GEMM in plain mode too).
 
---before/--after set other environments to compare, e.g. patch 0005's row tiles against
-row-by-row walking: --before SWARMKV_BI_ATTN_TILE=1 --after SWARMKV_BI_ATTN_TILE=128.
+--before/--after set other switches to compare, e.g. patch 0005's row tiles against
+row-by-row walking: --before bi_attn_tile=1 --after bi_attn_tile=128.
 
 Each trial runs bench/profile_step.py --no-perf in a fresh process per setting, alternating
 on and off; one warm-up trial of each first, then --trials measured ones. Prints median
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -29,30 +29,33 @@ from pathlib import Path
 from typing import Any
 
 import swarmkv
+from swarmkv.errors import ConfigError
+from swarmkv.llama.kernel_switches import parse_switch_assignments
 from swarmkv_bench.provenance import write_result
 
 HERE = Path(__file__).resolve().parent
-SWITCHES = ("SWARMKV_SKINNY_GEMM", "SWARMKV_BI_ATTN", "SWARMKV_KQUANT_ROWS")
+SWITCHES = ("skinny_gemm", "bi_attn", "kquant_rows")
 SETTINGS = ("before", "after")
 
 
-def env_of(assignments: list[str] | None, default: str) -> dict[str, str]:
-    """NAME=VALUE assignments as a dict; every patch switch set to `default` when none."""
+def switches_of(assignments: list[str] | None, default: int) -> dict[str, int]:
+    """NAME=VALUE assignments as a dict (checked by the kernel_switches module); every patch
+    switch set to `default` when none."""
     if not assignments:
         return dict.fromkeys(SWITCHES, default)
-    pairs = [a.split("=", 1) for a in assignments]
-    if any(len(p) != 2 or not p[0] for p in pairs):
-        raise SystemExit(f"expected NAME=VALUE, got {assignments}")
-    return dict(pairs)
+    try:
+        return dict(parse_switch_assignments(assignments))
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
-def one_trial(flags: list[str], settings: dict[str, str]) -> dict[str, float]:
-    """Phase name -> median ms of one profile_step run under the given environment settings."""
+def one_trial(flags: list[str], settings: dict[str, int]) -> dict[str, float]:
+    """Phase name -> median ms of one profile_step run with the given kernel switches."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "p.json"
-        env = {**os.environ, **settings}
-        cmd = [sys.executable, str(HERE / "profile_step.py"), "--no-perf", *flags, "-o", str(out)]
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        switch_flags = [f"--switch={k}={v}" for k, v in settings.items()]
+        cmd = [sys.executable, str(HERE / "profile_step.py"), "--no-perf", *flags, *switch_flags]
+        subprocess.run([*cmd, "-o", str(out)], check=True, stdout=subprocess.DEVNULL)
         phases = json.loads(out.read_text())["phases"]
     return {p["phase"]: p["ms_median"] for p in phases}
 
@@ -82,7 +85,7 @@ def main() -> int:
     ap.add_argument("--after", nargs="+", metavar="NAME=VALUE", help="default: switches 1")
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
-    settings = {"before": env_of(args.before, "0"), "after": env_of(args.after, "1")}
+    settings = {"before": switches_of(args.before, 0), "after": switches_of(args.after, 1)}
     flags = ["--doc-tokens", str(args.doc_tokens), "--branches", args.branches]
     flags += ["--steps", str(args.steps), "--exact" if args.exact else "--no-exact"]
     print(f"before: {settings['before']}  after: {settings['after']}")

@@ -2,7 +2,11 @@
 """Where a decode step goes on this CPU: per-op time of a prefill chunk, a 1-branch generation
 step and an N-branch generation step, the way `fork` decodes them (perf).
 
-    python bench/profile_step.py [--doc-tokens 3501] [--branches 2,32,64] [--no-exact] [-o f.json]
+    python bench/profile_step.py [--doc-tokens 3501] [--branches 2,32,64] [--no-exact]
+                                 [--switch NAME=VALUE ...] [-o f.json]
+
+--switch sets one of the CPU backend's kernel switches for the context (names and values in
+swarmkv.llama.kernel_switches; bench/kernel_ab.py compares settings side by side).
 
 Each phase is first timed without the profiler (median of --steps runs after a warm-up), then
 `perf record` attaches to this process for the same phase and the samples are grouped by
@@ -29,6 +33,7 @@ from swarmkv.engine.single import prefill as engine_prefill
 from swarmkv.llama.batch import Batch
 from swarmkv.llama.config import ContextConfig
 from swarmkv.llama.context import Context
+from swarmkv.llama.kernel_switches import Switches, parse_switch_assignments
 from swarmkv_bench.perf_samples import PerfError, op_table, profile
 from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
@@ -36,12 +41,19 @@ from swarmkv_bench.workload import document
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def open_context(model: sk.Model, n_doc: int, n: int, steps: int, exact: bool) -> Context:
+def open_context(
+    model: sk.Model, n_doc: int, n: int, steps: int, exact: bool, switches: Switches = ()
+) -> Context:
     """A unified-KV context with room for the document and n branches of 2*steps tokens (each
     step phase is a warm-up plus `steps` runs, twice when profiled)."""
     n_ctx = n_doc + n * (2 * steps + 8) + 256
     cfg = ContextConfig(
-        n_ctx=n_ctx, n_seq_max=n + 1, kv_unified=True, batch_invariant=exact, flash_attn="on"
+        n_ctx=n_ctx,
+        n_seq_max=n + 1,
+        kv_unified=True,
+        batch_invariant=exact,
+        flash_attn="on",
+        kernel_switches=switches,
     )
     return Context(model, cfg)
 
@@ -111,6 +123,9 @@ def main() -> int:
     ap.add_argument("--prefill-runs", type=int, default=2, help="measured prefills of the doc")
     ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-perf", action="store_true", help="time the phases only")
+    ap.add_argument(
+        "--switch", action="append", default=[], metavar="NAME=VALUE", help="a kernel switch"
+    )
     ap.add_argument("--build-dir", type=Path, default=None, help="unstripped libraries")
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
@@ -121,10 +136,17 @@ def main() -> int:
     measure = Measure(args.steps, not args.no_perf, build_dir)
     with sk.Model(sk.default_model_path(), repack=not args.exact) as model:
         tokens = model.tokenize(document(model, args.doc_tokens))
-        ctx = open_context(model, len(tokens), counts[-1], args.steps, args.exact)
+        switches = parse_switch_assignments(args.switch)
+        ctx = open_context(model, len(tokens), counts[-1], args.steps, args.exact, switches)
+        kernel_switches = ctx.kernel_switches()
         with ctx, Batch(max(ctx.n_batch, counts[-1]), 1) as batch:
             phases = run_phases(ctx, batch, tokens, counts, measure, args.prefill_runs)
-    result = {"doc_tokens": len(tokens), "exact": args.exact, "phases": phases}
+    result = {
+        "doc_tokens": len(tokens),
+        "exact": args.exact,
+        "kernel_switches": kernel_switches,
+        "phases": phases,
+    }
     for ph in phases:
         print_phase(ph)
     if args.out:

@@ -9,7 +9,7 @@ the kernels reach here, not the CPU's peak, which no kernel of this build attain
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,28 +24,33 @@ RATE_SHAPE = ("Q5_0", 640, 2048, 64)  # type, k, m, n: ffn_up by 64 rows
 
 
 @contextmanager
-def cpu_backend(threads: int, exact: bool) -> Iterator[Any]:
-    """A CPU backend with the thread count and batch-invariant mode set (freed on exit); the
-    kernel tests' one-op graphs (tests/native/ggml_graph.py) run on it too."""
+def cpu_backend(
+    threads: int, exact: bool, switches: Mapping[str, int] | None = None
+) -> Iterator[Any]:
+    """A CPU backend with the thread count, batch-invariant mode and kernel switches
+    (swarmkv.llama.kernel_switches) set, freed on exit; the kernel tests' one-op graphs
+    (tests/native/ggml_graph.py) run on it too."""
     from swarmkv._native import ffi, lib
+    from swarmkv.llama.cpu_backend import check_switch_values, cpu_proc, switch_id
+    from swarmkv.llama.kernel_switches import normalize_switches
 
+    chosen = normalize_switches(switches or {})
+    check_switch_values(chosen)
     dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
     backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
     if backend == ffi.NULL:
         raise RuntimeError("ggml_backend_dev_init failed for the CPU device")
-    reg = lib.ggml_backend_dev_backend_reg(dev)
-
-    def proc(name: bytes, sig: str) -> Any:
-        fn = lib.ggml_backend_reg_get_proc_address(reg, name)
-        if fn == ffi.NULL:
-            raise RuntimeError(f"the CPU backend has no {name.decode()}")
-        return ffi.cast(sig, fn)
-
     try:
-        proc(b"ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
-        proc(b"ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
+        cpu_proc("ggml_backend_set_n_threads", "void (*)(ggml_backend_t, int)")(backend, threads)
+        cpu_proc("ggml_backend_cpu_set_batch_invariant", "void (*)(ggml_backend_t, bool)")(
             backend, exact
         )
+        set_switch = cpu_proc(
+            "ggml_backend_cpu_set_switch", "bool (*)(ggml_backend_t, enum ggml_cpu_switch, int32_t)"
+        )
+        for name, value in chosen:
+            if not set_switch(backend, switch_id(name), value):
+                raise RuntimeError(f"the CPU backend refused kernel switch {name}={value}")
         yield backend
     finally:
         lib.ggml_backend_free(backend)
@@ -61,9 +66,17 @@ def _weights(type_name: str, nbytes: int) -> np.ndarray:
 
 
 def mul_mat_ms(
-    type_name: str, k: int, m: int, n: int, threads: int, exact: bool, reps: int
+    type_name: str,
+    k: int,
+    m: int,
+    n: int,
+    threads: int,
+    exact: bool,
+    reps: int,
+    switches: Mapping[str, int] | None = None,
 ) -> list[float]:
-    """ms of each of reps runs of MUL_MAT [m x k] x [n x k] (after one warm-up run)."""
+    """ms of each of reps runs of MUL_MAT [m x k] x [n x k] (after one warm-up run), on a CPU
+    backend with these kernel switches."""
     if type_name not in GGML_TYPES:
         raise ValueError(f"kernel_rate times {sorted(GGML_TYPES)} weights, not {type_name!r}")
     from swarmkv._native import ffi, lib
@@ -73,7 +86,7 @@ def mul_mat_ms(
     ctx = lib.ggml_init(params[0])
     buf = ffi.NULL
     try:
-        with cpu_backend(threads, exact) as backend:
+        with cpu_backend(threads, exact, switches) as backend:
             a = lib.ggml_new_tensor_2d(ctx, GGML_TYPES[type_name], k, m)
             b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
             graph = lib.ggml_new_graph(ctx)

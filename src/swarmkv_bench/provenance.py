@@ -31,10 +31,10 @@ from typing import Any
 import swarmkv
 
 SCHEMA = "swarmkv-provenance/1"
-# Environment variables that change what the kernels or the build's tools do.
+# Environment variables that change what the build's tools or the threads do. (The kernels
+# read no environment: their switches are per context, recorded by the results that set them.)
 SWITCHES = (
-    "LLAMA_BATCH_INVARIANT", "SWARMKV_SKINNY_GEMM", "SWARMKV_BI_ATTN", "SWARMKV_BI_ATTN_TILE",
-    "SWARMKV_KQUANT_ROWS", "OMP_NUM_THREADS", "OMP_PROC_BIND", "GOMP_SPINCOUNT",
+    "LLAMA_BATCH_INVARIANT", "OMP_NUM_THREADS", "OMP_PROC_BIND", "GOMP_SPINCOUNT",
     "SWARMKV_MODEL", "SWARMKV_LLAMA_SERVER",
 )  # fmt: skip
 

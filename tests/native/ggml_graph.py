@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -14,15 +14,48 @@ from swarmkv_bench.kernel_rate import cpu_backend
 Builder = Callable[[Any], tuple[list[tuple[Any, bytes]], Any]]
 
 
-def compute(build: Builder, threads: int = 2, invariant: bool = True) -> np.ndarray:
-    """The float32 output (flat) of the one-op graph that build makes."""
+def compiled_in(*features: str) -> bool:
+    """Whether the loaded CPU backend (a portable build's variant, tests/native/
+    test_cpu_variants.py, or the native one) was compiled with every one of these ggml
+    features: which of SwarmKV's kernels it has."""
+    from swarmkv.llama.install_info import ggml_cpu_features
+
+    have = ggml_cpu_features()
+    return all(f in have for f in features)
+
+
+def has_batched_kernels() -> bool:
+    """Whether upstream's batched paths (tiled matmul and attention) differ from its one-row
+    ones on this backend: they are SIMD kernels, so a backend without AVX2 (x64) sums a batch
+    the way it sums a row, and an invariance test has no failing control there."""
+    return compiled_in("AVX2")
+
+
+def has_skinny_gemm() -> bool:
+    """Patch 0004's kernels: AVX-512 VNNI, or AVX2 with FMA and F16C."""
+    return compiled_in("AVX512_VNNI") or compiled_in("AVX2", "FMA", "F16C")
+
+
+def has_bi_attention() -> bool:
+    """Patch 0005's attention: AVX-512, or AVX2 with FMA and F16C."""
+    return compiled_in("AVX512") or compiled_in("AVX2", "FMA", "F16C")
+
+
+def compute(
+    build: Builder,
+    threads: int = 2,
+    invariant: bool = True,
+    switches: Mapping[str, int] | None = None,
+) -> np.ndarray:
+    """The float32 output (flat) of the one-op graph that build makes, on a CPU backend with
+    these kernel switches (swarmkv.llama.kernel_switches; the rest at their defaults)."""
     size = 8 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead() + 1024
     params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
     ctx = lib.ggml_init(params[0])
     assert ctx != ffi.NULL
     buf = ffi.NULL
     try:
-        with cpu_backend(threads, invariant) as backend:
+        with cpu_backend(threads, invariant, switches) as backend:
             inputs, out = build(ctx)
             graph = lib.ggml_new_graph(ctx)
             lib.ggml_build_forward_expand(graph, out)
@@ -42,7 +75,13 @@ def compute(build: Builder, threads: int = 2, invariant: bool = True) -> np.ndar
 
 
 def weight_product(
-    type_id: int, m: int, weights: bytes, acts: np.ndarray, threads: int, invariant: bool
+    type_id: int,
+    m: int,
+    weights: bytes,
+    acts: np.ndarray,
+    threads: int,
+    invariant: bool,
+    switches: Mapping[str, int] | None = None,
 ) -> np.ndarray:
     """ggml_mul_mat(weights [m x k] of ggml type type_id, acts [n x k] f32): [n x m] f32."""
     n, k = acts.shape
@@ -53,4 +92,4 @@ def weight_product(
         b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
         return [(a, weights), (b, src)], lib.ggml_mul_mat(ctx, a, b)
 
-    return compute(build, threads, invariant).reshape(n, m)
+    return compute(build, threads, invariant, switches).reshape(n, m)

@@ -27,7 +27,7 @@ def test_repacked_weights_are_refused_before_a_context_exists(tiny_model_path: P
         with pytest.raises(ConfigError, match=r"repack=True"):
             sk.Context(repacked, n_ctx=256, batch_invariant=True)
         with pytest.raises(ConfigError, match=r"repack=True"):
-            Pipeline(repacked)  # exact by default
+            Pipeline(repacked, exact=True)  # (exact=None, the default, runs it plain)
 
 
 def test_flash_attention_off_is_refused(flat_model: sk.Model) -> None:

@@ -127,6 +127,14 @@ uint32_t llama_n_ubatch(const struct llama_context * ctx);
 uint32_t llama_n_seq_max(const struct llama_context * ctx);
 void llama_set_n_threads(struct llama_context * ctx, int32_t n_threads, int32_t n_threads_batch);
 bool llama_set_batch_invariant(struct llama_context * ctx, bool batch_invariant);  /* ours: vendor/patches/0003 */
+/* ours: vendor/patches/0003-0008, the CPU backend's kernel switches (ggml-cpu.h); values
+ * from the compiler. Each is set per context: no kernel reads the environment. */
+enum ggml_cpu_switch {
+    GGML_CPU_SWITCH_BATCH_INVARIANT, GGML_CPU_SWITCH_SKINNY_GEMM, GGML_CPU_SWITCH_BI_ATTN,
+    GGML_CPU_SWITCH_BI_ATTN_TILE, GGML_CPU_SWITCH_KQUANT_ROWS, GGML_CPU_SWITCH_COUNT, ...
+};
+bool llama_swarmkv_set_cpu_switch(struct llama_context * ctx, int32_t sw, int32_t value);
+int32_t llama_swarmkv_get_cpu_switch(const struct llama_context * ctx, int32_t sw);
 void llama_synchronize(struct llama_context * ctx);
 
 /* vocab and tokenizer */
@@ -222,6 +230,7 @@ struct ggml_backend_feature {
 typedef struct ggml_backend_feature * (*ggml_backend_get_features_t)(ggml_backend_reg_t reg);
 void ggml_backend_load_all(void);
 void ggml_backend_load_all_from_path(const char * dir_path);
+ggml_backend_reg_t ggml_backend_load(const char * path);
 size_t ggml_backend_reg_count(void);
 ggml_backend_reg_t ggml_backend_reg_get(size_t index);
 const char * ggml_backend_reg_name(ggml_backend_reg_t reg);

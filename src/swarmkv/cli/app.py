@@ -161,9 +161,10 @@ def _add_run(subs: Any) -> None:
         "--exact",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="batch-invariant decoding, the default: every branch's tokens and logits are "
-        "bit-identical to a context of its own; --no-exact uses llama.cpp's fastest kernels "
-        "(docs/results/exactness-cost.md measures both)",
+        help="batch-invariant decoding, the default wherever every backend has it (the "
+        "CPU's): every branch's tokens and logits are bit-identical to a context of its own; "
+        "--no-exact uses llama.cpp's fastest kernels (docs/results/exactness-cost.md "
+        "measures both); --exact insists (a GPU context refuses it)",
     )
     _add_constraint_flags(run)
     _common(run)

@@ -41,9 +41,9 @@ def add_parser(subs: Any, common: Any) -> None:
     create.add_argument(
         "--exact",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="batch-invariant kernels, as `swarmkv run` uses by default (a snapshot serves "
-        "only runs with the same setting)",
+        default=None,
+        help="batch-invariant kernels, as `swarmkv run` uses by default wherever every backend "
+        "has them (a snapshot serves only runs with the same setting)",
     )
     common(create)
     create.set_defaults(func=cmd_create)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ..checks import check_int
 from ..errors import ConfigError, ContextCreateError, SwarmKVWarning
 from .budget import GGML_MAX_N_THREADS
+from .kernel_switches import Switches, normalize_switches
 
 if TYPE_CHECKING:
     from .model import Model
@@ -76,6 +78,10 @@ class ContextConfig:
     other rows in its ubatch, of how its input was cut into ubatches and of where its KV cells
     sit: the fork then answers exactly what a context of its own answers. It needs flash
     attention (forced on) and a model loaded with repack=False.
+
+    kernel_switches sets the CPU backend's kernel switches for this context alone
+    (kernel_switches.py: a mapping or (name, value) pairs, kept as sorted pairs), for
+    side-by-side measurements of SwarmKV's kernels; every switch left out keeps its default.
     """
 
     n_ctx: int = 4096
@@ -91,6 +97,12 @@ class ContextConfig:
     type_v: str = "f16"
     offload_kqv: bool = True
     batch_invariant: bool = False
+    kernel_switches: Switches = ()
+
+    def __post_init__(self) -> None:
+        # a mapping or any iterable of pairs in, sorted pairs kept (hashable, comparable)
+        given: Mapping[str, int] | Iterable[tuple[str, int]] = self.kernel_switches
+        object.__setattr__(self, "kernel_switches", normalize_switches(given))
 
     def validate(self, model: Model) -> None:
         """Check every field against llama.cpp's limits and model's, before any context exists.

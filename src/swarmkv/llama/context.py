@@ -25,6 +25,7 @@ from ..errors import (
 )
 from .budget import round_ctx
 from .config import FLASH_ATTN_TYPES, KV_TYPES, ContextConfig, default_threads
+from .cpu_backend import check_switch_values, context_switches, set_context_switches
 from .kvmath import estimate_kv_bytes, mem_available_bytes
 from .model import Model
 from .owned import Owned
@@ -72,6 +73,7 @@ class Context(Owned):
         # thread closes the model while this context is being made (ClosedError if it is).
         model_keeper = model._hold()
         config.validate(model)
+        check_switch_values(config.kernel_switches)  # before any context exists
         self._check_memory(model, config)
         self.model = model  # strong reference: the model outlives its contexts
         self.config = config
@@ -91,6 +93,12 @@ class Context(Owned):
                 "batch_invariant=True: a backend of this context has no batch-invariant mode "
                 "(it exists for the CPU backend only): pass exact=False / batch_invariant=False"
             )
+        if config.kernel_switches:
+            try:
+                set_context_switches(ptr, config.kernel_switches)
+            except ConfigError:
+                self.close()
+                raise
         try:
             model._add_context(self)  # close() of the model now refuses while this is open
         except ClosedError:
@@ -305,6 +313,11 @@ class Context(Owned):
                 "settings, or corrupt: see the swarmkv.llama log)"
             )
         return n
+
+    def kernel_switches(self) -> dict[str, int]:
+        """Every CPU kernel switch's value on this context (kernel_switches.py), defaults
+        included; -1 for each when the context has no CPU backend with switches."""
+        return context_switches(self._ptr)
 
     def memory_bytes(self) -> MemoryBytes:
         """llama.cpp's own accounting of this context's buffers (patch 0006)."""

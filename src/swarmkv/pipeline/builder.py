@@ -28,8 +28,8 @@ from ..kv.prefix_source import SnapshotSource
 from ..llama.budget import BranchNeed, plan_budget
 from ..llama.config import ContextConfig, FlashAttn
 from ..llama.constraint import Constraint
+from ..llama.exactness import model_for
 from ..llama.model import Model
-from ..llama.models import default_model_path
 from ..llama.pool import HostBufferPool
 from ..llama.sampling import TokenCallback
 from .concurrency import ConcurrencyPolicy
@@ -61,10 +61,12 @@ class RunOptions:
 class Pipeline:
     """A document, branches that read it, and settings shared by every context.
 
-    exact=True (the default) runs every context batch-invariant (ContextConfig.batch_invariant):
-    each branch's tokens and logits are bit-identical to what a context of its own computes,
+    exact=None (the default) runs every context batch-invariant (ContextConfig.batch_invariant)
+    wherever every backend has such a mode (the CPU's; llama/exactness.py), and plain
+    otherwise: `pipeline.exact` and each result's `exact` say which. Batch-invariant, each
+    branch's tokens and logits are bit-identical to what a context of its own computes,
     whatever the mode; what it costs against exact=False is measured in
-    docs/results/exactness-cost.md.
+    docs/results/exactness-cost.md. exact=True insists (a ConfigError on a GPU context);
     exact=False uses llama.cpp's fastest kernels (a model given by path is then repacked).
     """
 
@@ -81,18 +83,15 @@ class Pipeline:
         type_v: str = "f16",
         policy: ConcurrencyPolicy | None = None,
         fork: ForkOptions | None = None,
-        exact: bool = True,
+        exact: bool | None = None,
     ) -> None:
         self.fork = fork or ForkOptions()
         self.fork.validate()  # pure checks first: a bad option never loads a model
         self.policy = policy or ConcurrencyPolicy()
         self._own_model = not isinstance(model, Model)
         self._pool: HostBufferPool | None = None
-        self.model = (
-            model
-            if isinstance(model, Model)
-            else Model(model or default_model_path(), repack=not exact)  # repack: faster prefill
-        )
+        self.model, self.exact_choice = model_for(model, exact)
+        self.exact = exact = self.exact_choice.exact
         self.n_ctx = n_ctx
         self.base = ContextConfig(
             n_ctx=n_ctx or min(4096, self.model.n_ctx_train),  # the real size comes from the budget
@@ -392,6 +391,7 @@ def _result(
         outcomes=outcomes,
         kv_bytes=plan.ledger.kv_bytes,
         decode_stats=plan.stats.to_ms(),
+        exact=plan.base.batch_invariant,
     )
 
 

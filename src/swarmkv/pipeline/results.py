@@ -36,6 +36,7 @@ class PipelineResult:
     decode_stats: dict[str, float] = field(default_factory=dict)  # see engine.stats.DecodeStats
     reused_tokens: int = 0  # document tokens restored from a snapshot instead of prefilled
     dist: dict[str, Any] | None = None  # a Ray run's workers and timings (swarmkv.dist)
+    exact: bool | None = None  # the kernels used: batch-invariant (True) or plain (False)
 
     @property
     def ok(self) -> bool:
@@ -49,6 +50,7 @@ class PipelineResult:
         """JSON-ready fields; branches as a list, node outcomes without their exceptions."""
         return {
             "mode": self.mode,
+            "exact": self.exact,
             "model": self.model,
             "prefix_tokens": self.prefix_tokens,
             "reused_tokens": self.reused_tokens,

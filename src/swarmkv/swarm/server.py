@@ -34,9 +34,9 @@ from ..errors import ClosedError, ConfigError, ContextBudgetError, SwarmKVError,
 from ..llama.config import LLAMA_MAX_SEQ, ContextConfig
 from ..llama.constraint import Constraint
 from ..llama.context import Context
+from ..llama.exactness import model_for
 from ..llama.guide import check_gbnf
 from ..llama.model import Model
-from ..llama.models import default_model_path
 from ..llama.sampling import SamplerConfig
 from ..process.threads import Worker, wait_all
 from .handle import BranchHandle
@@ -50,8 +50,9 @@ class Swarm:
 
     max_live branches decode at once (each a sequence), max_docs documents stay resident;
     n_ctx cells hold the documents plus each live branch's prompt and n_predict tokens.
-    exact=True (the default) uses batch-invariant kernels: every branch answers exactly what
-    a context of its own answers.
+    exact=None (the default) uses batch-invariant kernels wherever every backend has them
+    (llama/exactness.py; `swarm.exact` says which were chosen): every branch then answers
+    exactly what a context of its own answers. exact=True insists, exact=False is plain.
     """
 
     def __init__(
@@ -64,16 +65,13 @@ class Swarm:
         max_docs: int = 4,
         n_threads: int | None = None,
         policy: str | Policy = "fair",
-        exact: bool = True,
+        exact: bool | None = None,
     ) -> None:
         self._check_sizes(n_ctx, n_batch, max_live, max_docs)
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self._own_model = not isinstance(model, Model)
-        self.model = (
-            model
-            if isinstance(model, Model)
-            else Model(model or default_model_path(), repack=not exact)
-        )
+        self.model, self.exact_choice = model_for(model, exact)
+        self.exact = exact = self.exact_choice.exact
         n_seq = max_live + max_docs
         try:
             config = ContextConfig(

@@ -1,0 +1,70 @@
+"""exact=None, the default: batch-invariant kernels wherever every backend has them.
+
+Batch invariance is a mode of the CPU backend only (SwarmKV's patch 0003); a context that
+also holds a GPU or an accelerator backend (CUDA, BLAS) has no such mode. A context gets a
+backend for every GPU device the model was loaded for and every accelerator registered, so
+the registered devices decide: only CPU devices means exact, anything else means plain.
+`exact=True` insists (a GPU context then refuses it with a ConfigError); `exact=False` always
+takes llama.cpp's fastest kernels. A batch-invariant mode for the CUDA backend is llama.cpp
+PR 16016's subject upstream (open), not SwarmKV's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from .._native import ffi, lib
+from .model import Model
+from .models import default_model_path
+
+log = logging.getLogger("swarmkv.llama")
+
+
+@dataclass(frozen=True)
+class ExactChoice:
+    """What exact=None (or an explicit value) came to, and why."""
+
+    exact: bool
+    reason: str
+
+
+def devices_without_invariance() -> list[str]:
+    """Names of the registered devices whose backend has no batch-invariant mode (every
+    device but the CPU's), as ggml lists them."""
+    names = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        if lib.ggml_backend_dev_type(dev) != lib.GGML_BACKEND_DEVICE_TYPE_CPU:
+            names.append(ffi.string(lib.ggml_backend_dev_name(dev)).decode(errors="replace"))
+    return names
+
+
+def resolve_exact(exact: bool | None, model: Model | None = None) -> ExactChoice:
+    """exact as given, or for None: True when every backend has a batch-invariant mode and
+    the model's weights are not repacked (the invariant kernels read them as stored)."""
+    if exact is not None:
+        return ExactChoice(bool(exact), "asked for" if exact else "exact=False asked for")
+    others = devices_without_invariance()
+    if others:
+        choice = ExactChoice(False, f"{', '.join(others)} has no batch-invariant mode")
+    elif model is not None and model.repack:
+        choice = ExactChoice(False, f"{model.path.name} was loaded with repacked weights")
+    else:
+        choice = ExactChoice(True, "every backend is the CPU's")
+    log.info("exact=None: %s kernels (%s)", "batch-invariant" if choice.exact else "plain",
+             choice.reason)  # fmt: skip
+    return choice
+
+
+def model_for(
+    model: Model | str | os.PathLike[str] | None, exact: bool | None
+) -> tuple[Model, ExactChoice]:
+    """The model to run (the one given, or loaded from a path or the default one) and what
+    exact came to. A model loaded here is repacked only for plain kernels (the invariant ones
+    read weights as stored); the caller owns it."""
+    if isinstance(model, Model):
+        return model, resolve_exact(exact, model)
+    choice = resolve_exact(exact)
+    return Model(model or default_model_path(), repack=not choice.exact), choice
