@@ -1,12 +1,10 @@
 """How far a generation step is from what the hardware allows, per config and mode.
 
-Bytes: a step reads every weight at least once, so model_bytes over the memory bandwidth
-measured on this machine (a memcpy: read + write traffic over its time, one thread) bounds
-it from below; the KV cells a step reads come on top and are not counted, so the floor is
-a lower bound. Arithmetic: params multiply-adds per row (token) in the step, at the int8 rate
-this build's weight kernels reach on this machine (kernel_rate.int8_gmacs, measured by the
-bench), bounds it too; attention's f32 work is not counted. The floor is the larger of the
-two, and the table says how far the measured step is from it.
+The floor is the hardware's (hw_floor.py): a step's multiply-adds at this CPU's peak int8
+rate, its attention FMAs at the peak f32 rate, and its bytes (every weight, the shared KV
+once) at the peak read bandwidth, all three measured in the same run (hw_peak.py), the
+largest of them. It is a lower bound, never a measured time. The kernels' own best int8 rate
+(kernel_rate.py) is reported beside it, as what these kernels reach, not what the CPU could.
 """
 
 from __future__ import annotations
@@ -14,16 +12,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from .hw_floor import ModelShape, decode_floor
+from .hw_peak import HardwarePeaks
 from .modes import parse_mode
 from .records import TrialRecord
-from .sysinfo import memcpy_ms
-
-BANDWIDTH_PROBE_BYTES = 256 * 2**20
-
-
-def memcpy_gbps() -> float:
-    """This machine's memcpy traffic (bytes read + written) in GB/s, best of 7."""
-    return 2 * BANDWIDTH_PROBE_BYTES / (memcpy_ms(BANDWIDTH_PROBE_BYTES) * 1e6)
 
 
 def rows_per_step(r: TrialRecord) -> int:
@@ -34,32 +26,43 @@ def rows_per_step(r: TrialRecord) -> int:
     return r.n_branches if batched else 1
 
 
-def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
-    """The floor table: measured ms/step, the weights-read and arithmetic floors, x floor,
-    GFLOP/s achieved."""
-    if not all(setup.get(k) for k in ("model_bytes", "model_params", "memcpy_gbps")):
-        return ""
-    model_bytes, params = setup["model_bytes"], setup["model_params"]
-    gbps, rate = setup["memcpy_gbps"], setup.get("int8_gmacs")
-    read_ms = model_bytes / (gbps * 1e6)
-    arith = (
-        f"Arithmetic: one multiply-add per parameter and token row, at the {rate:.1f} G/s "
-        "this build's int8 weight kernels reach here (a Q5_0 product of 64 rows that fits in "
-        "L2, bench/swarmkv_bench/kernel_rate.py: the kernels' best, not the CPU's peak); "
-        "attention's f32 work is not counted."
-        if rate
-        else "Arithmetic: the int8 rate was not measured in this run, so no arithmetic floor."
+def step_floor(r: TrialRecord, shape: ModelShape, peaks: HardwarePeaks) -> Any:
+    """The floor of one generation step of r's mode: its rows each see the document (the
+    cells they add are left out: a lower bound), the batched rows share its cells."""
+    rows = rows_per_step(r)
+    return decode_floor(shape, peaks, [r.doc_tokens] * rows, rows, r.doc_tokens + rows)
+
+
+def _peaks_line(peaks: HardwarePeaks, kernel_rate: float | None) -> str:
+    def rate(value: float | None, unit: str) -> str:
+        return f"{value:.1f} {unit}" if value else "not measured"
+
+    kernels = f"{kernel_rate:.1f} G/s" if kernel_rate else "not measured"
+    return (
+        f"This CPU's peaks, measured in this run with {peaks.threads} threads "
+        f"(swarmkv_bench/hw_peak.py): int8 multiply-adds {rate(peaks.int8_gmacs, 'G/s')} "
+        f"({peaks.int8_isa or 'no loop'}), f32 FMAs {rate(peaks.fma_gfmas, 'G/s')} "
+        f"({peaks.fma_isa or 'no loop'}), reads {rate(peaks.read_gbps, 'GB/s')}. The floor "
+        "of a step is the largest of its weights x rows at the int8 peak, its attention at "
+        "the FMA peak and its bytes (every weight, the document's KV once) at the read peak: "
+        "a lower bound. Beside it, the kernels' own best int8 rate here (a Q5_0 product of "
+        f"64 rows, kernel_rate.py): {kernels}."
     )
+
+
+def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
+    """The floor table: measured ms/step, its floor and the bound that sets it, x floor."""
+    if not (setup.get("peaks") and setup.get("model_shape")):
+        return ""
+    peaks = HardwarePeaks(**setup["peaks"])
+    shape = ModelShape(**setup["model_shape"])
     lines = [
         "## How far from the floor",
         "",
-        f"A step reads every weight once: {model_bytes / 2**20:.0f} MiB at the measured "
-        f"{gbps:.1f} GB/s memcpy rate is {read_ms:.1f} ms (KV reads not "
-        f"counted). {arith} The floor is the larger of the two, so a lower bound.",
+        _peaks_line(peaks, setup.get("int8_gmacs")),
         "",
-        "| config | mode | rows/step | ms/step | read floor ms | int8 floor ms | x floor "
-        "| GFLOP/s |",
-        "|---|---|--:|--:|--:|--:|--:|--:|",
+        "| config | mode | rows/step | ms/step | floor ms | bound | x floor |",
+        "|---|---|--:|--:|--:|---|--:|",
     ]
     groups: dict[tuple[str, str], list[TrialRecord]] = {}
     for r in records:
@@ -67,13 +70,11 @@ def floor_markdown(records: list[TrialRecord], setup: dict[str, Any]) -> str:
             groups.setdefault((r.config_id, r.mode), []).append(r)
     for (cfg, mode), rs in sorted(groups.items()):
         step = statistics.median(r.extra["gen_ms_per_step"] for r in rs)
-        rows = rows_per_step(rs[0])
-        arith_ms = params * rows / (rate * 1e6) if rate else None  # params multiply-adds a row
-        floor_ms = max(read_ms, arith_ms or 0.0)
-        gflops = 2 * params * rows / (step * 1e6) if step > 0 else float("nan")
-        arith_cell = f"{arith_ms:.1f}" if arith_ms is not None else "not measured"
+        floor = step_floor(rs[0], shape, peaks)
+        x = f"{step / floor.floor_ms:.1f}" if floor.floor_ms else "-"
+        cell = f"{floor.floor_ms:.1f}" if floor.floor_ms else "not measured"
         lines.append(
-            f"| {cfg} | {mode} | {rows} | {step:.1f} | {read_ms:.1f} | {arith_cell} | "
-            f"{step / floor_ms:.1f} | {gflops:.1f} |"
+            f"| {cfg} | {mode} | {rows_per_step(rs[0])} | {step:.1f} | {cell} | "
+            f"{floor.bound} | {x} |"
         )
     return "\n".join(lines) + "\n"

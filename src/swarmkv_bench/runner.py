@@ -23,7 +23,8 @@ from swarmkv.pipeline.results import PipelineResult
 from swarmkv.process.interrupt import Interrupted
 
 from . import memprobe
-from .floor import memcpy_gbps
+from .hw_floor import ModelShape
+from .hw_peak import measure_peaks
 from .kernel_rate import int8_gmacs
 from .modes import ModeSpec, peer_setup, split_modes
 from .provenance import provenance, script_command, swarmkv_commit
@@ -167,7 +168,9 @@ def _setup(opts: BenchOptions, model: Model) -> dict[str, Any]:
         "model": model.path.name,
         "model_params": model.n_params,
         "model_bytes": model.size_bytes,
-        "memcpy_gbps": round(memcpy_gbps(), 1),
+        # the hardware floor's peaks, measured in this run, and the kernels' own rate beside
+        "peaks": measure_peaks(opts.threads or default_threads()).to_dict(),
+        "model_shape": ModelShape.from_gguf(model.path).__dict__,
         "int8_gmacs": round(int8_gmacs(opts.threads or default_threads()), 1),
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
         "swarmkv_commit": swarmkv_commit(),

@@ -141,7 +141,7 @@ def test_every_steps_logits_are_kept_only_when_a_mode_may_diverge() -> None:
     assert not any("kept every step's logits" in s for s in limitations(run, {}))
 
 
-def test_the_floor_table_states_the_weights_read_and_arithmetic_floors() -> None:
+def test_the_floor_table_states_the_hardware_floor_and_its_bound() -> None:
     from swarmkv_bench.floor import floor_markdown, rows_per_step
 
     records = [
@@ -149,17 +149,22 @@ def test_the_floor_table_states_the_weights_read_and_arithmetic_floors() -> None
         for r in synthetic_records(modes=("host", "fork", "fork+exact"))
     ]
     assert [rows_per_step(records[i]) for i in range(3)] == [1, 2, 1]
-    setup = {"model_bytes": 200 * 10**6, "model_params": 10**9, "memcpy_gbps": 20.0}
+    # 1e9 layer multiply-adds and 1e8 output ones per row at 100 G/s: 11 ms a row; 200 MB of
+    # weights at 20 GB/s: 10 ms; no attention (0 heads)
+    shape = {"layer_weights": 10**9, "output_weights": 10**8, "weight_bytes": 2 * 10**8,
+             "n_layer": 1, "n_head": 0, "n_head_kv": 0, "head_k": 0, "head_v": 0,
+             "window": 0}  # fmt: skip
+    peaks = {"threads": 2, "int8_isa": "AVX2", "int8_gmacs": 100.0, "fma_isa": "AVX2_FMA",
+             "fma_gfmas": 50.0, "read_gbps": 20.0}  # fmt: skip
+    setup = {"peaks": peaks, "model_shape": shape, "int8_gmacs": 42.0}
     table = floor_markdown(records, setup)
-    assert "is 10.0 ms" in table  # 200 MB at 20 GB/s
-    assert "no arithmetic floor" in table  # rate not measured: said, not made up
-    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 10.0 | not measured | 10.0 | 40.0 |" in table
-    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 10.0 | not measured | 2.0 | 100.0 |" in table
-    # 1e9 multiply-adds per row at 50 G/s: 20 ms per row, above the 10 ms read floor
-    table = floor_markdown(records, {**setup, "int8_gmacs": 50.0})
-    assert "at the 50.0 G/s" in table
-    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 10.0 | 40.0 | 2.5 | 40.0 |" in table
-    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 10.0 | 20.0 | 1.0 | 100.0 |" in table
+    assert "int8 multiply-adds 100.0 G/s (AVX2)" in table and "42.0 G/s" in table
+    assert "| N2-doc3501-p32 | fork | 2 | 100.0 | 22.0 | int8 | 4.5 |" in table
+    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 11.0 | int8 | 1.8 |" in table
+    slow_cpu = {**setup, "peaks": {**peaks, "read_gbps": 10.0}}  # 20 ms to read the weights
+    assert "| N2-doc3501-p32 | host | 1 | 20.0 | 20.0 | read | 1.0 |" in floor_markdown(
+        records, slow_cpu
+    )
     assert floor_markdown(records, {}) == ""  # not measured: no table, not a made-up one
 
 

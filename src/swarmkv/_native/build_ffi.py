@@ -54,14 +54,24 @@ def build_info(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+# peak.c's functions (the benchmarks' hardware floors), compiled into the extension itself
+PEAK_CDEF = """
+const char * swarmkv_peak_int8_isa(void);
+const char * swarmkv_peak_fma_isa(void);
+int64_t swarmkv_peak_int8(int64_t iters);
+int64_t swarmkv_peak_fma(int64_t iters);
+int64_t swarmkv_peak_read(const void * buf, size_t bytes, int passes);
+"""
+
+
 def make_ffi(args: argparse.Namespace) -> cffi.FFI:
     """The cffi FFI of swarmkv._native._llama: cdef.h and cdef_graph.h (plus cdef_cpu.h for a
     native CPU build).
 
-    Its C source adds swarmkv_llama_cpp_commit() and swarmkv_build_json().
+    Its C source adds swarmkv_llama_cpp_commit(), swarmkv_build_json() and peak.c.
     """
     ffi = cffi.FFI()
-    cdef = (HERE / "cdef.h").read_text() + (HERE / "cdef_graph.h").read_text()
+    cdef = (HERE / "cdef.h").read_text() + (HERE / "cdef_graph.h").read_text() + PEAK_CDEF
     if args.cpu == "native":
         cdef += (HERE / "cdef_cpu.h").read_text()
     ffi.cdef(cdef)
@@ -73,7 +83,7 @@ def make_ffi(args: argparse.Namespace) -> cffi.FFI:
 #include "ggml-cpu.h"
 static const char * swarmkv_llama_cpp_commit(void) {{ return "{pinned_commit()}"; }}
 static const char * swarmkv_build_json(void) {{ return {info}; }}
-"""
+""" + (HERE / "peak.c").read_text()
     ffi.set_source("swarmkv._native._llama", source)
     return ffi
 
