@@ -35,7 +35,8 @@ def test_exact_none_is_plain_with_a_device_that_has_no_invariant_mode(
     monkeypatch.setattr(exactness, "devices_without_invariance", lambda: ["CUDA0"])
     choice = resolve_exact(None, tiny_model)
     assert choice.exact is False and "CUDA0" in choice.reason
-    assert resolve_exact(True, tiny_model).exact is True  # insisting is the caller's choice
+    with pytest.raises(ConfigError, match=r"exact=True: CUDA0 has no batch-invariant mode"):
+        resolve_exact(True, tiny_model)  # refused before any context exists
     with Pipeline(tiny_model, n_ctx=256) as pipe:
         assert pipe.exact is False and pipe.base.batch_invariant is False
 

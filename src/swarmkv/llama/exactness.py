@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from .._native import ffi, lib
+from ..errors import ConfigError
 from .model import Model
 from .models import default_model_path
 
@@ -43,10 +44,20 @@ def devices_without_invariance() -> list[str]:
 
 def resolve_exact(exact: bool | None, model: Model | None = None) -> ExactChoice:
     """exact as given, or for None: True when every backend has a batch-invariant mode and
-    the model's weights are not repacked (the invariant kernels read them as stored)."""
-    if exact is not None:
-        return ExactChoice(bool(exact), "asked for" if exact else "exact=False asked for")
+    the model's weights are not repacked (the invariant kernels read them as stored).
+    exact=True with a device that has no such mode is a ConfigError here, before any model
+    or context is made."""
+    if exact is False:
+        return ExactChoice(False, "exact=False asked for")
     others = devices_without_invariance()
+    if exact:
+        if others:
+            raise ConfigError(
+                f"exact=True: {', '.join(others)} has no batch-invariant mode (it exists for "
+                "the CPU backend only; llama.cpp PR 16016 is the upstream effort for CUDA): "
+                "pass exact=None (the default) or exact=False (--no-exact)"
+            )
+        return ExactChoice(True, "asked for")
     if others:
         choice = ExactChoice(False, f"{', '.join(others)} has no batch-invariant mode")
     elif model is not None and model.repack:
