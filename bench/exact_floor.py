@@ -116,8 +116,14 @@ def judge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             else ("WITHIN SPREAD" if med <= goal else "FAIL")
         )
         what = "exact / plain" if kind == "ratio" else "exact / hardware floor"
-        out.append({"phase": phase, "target": f"{what} <= {goal}", "value": [med, lo, hi],
-                    "verdict": verdict})  # fmt: skip
+        out.append(
+            {
+                "phase": phase,
+                "target": f"{what} <= {goal}",
+                "value": [med, lo, hi],
+                "verdict": verdict,
+            }
+        )
     return out
 
 
@@ -125,8 +131,10 @@ def print_table(rows: list[dict[str, Any]], targets: list[dict[str, Any]]) -> No
     def cell(v: list[float] | None, fmt: str) -> str:
         return "-" if not v else f"{v[0]:{fmt}} [{v[1]:{fmt}}-{v[2]:{fmt}}]"
 
-    print(f"{'phase':16} {'floor ms':>9} {'plain ms':>24} {'exact ms':>24} {'exact/plain':>20}"
-          f" {'plain x floor':>20} {'exact x floor':>20}")  # fmt: skip
+    print(
+        f"{'phase':16} {'floor ms':>9} {'plain ms':>24} {'exact ms':>24} {'exact/plain':>20}"
+        f" {'plain x floor':>20} {'exact x floor':>20}"
+    )
     for r in rows:
         floor = f"{r['floor_ms']:.1f}" if r["floor_ms"] else "-"
         print(

@@ -107,3 +107,9 @@ class ContextLengthError(ContextBudgetError):
 
 class CancelledError(SwarmKVError):
     """A request was cancelled (its client disconnected, or the server stopped)."""
+
+
+class ReplicaError(SwarmKVError):
+    """The engine replica that held a request failed (its process died, or Ray could not
+    reach it): `swarmkv serve --ray-replicas` answers 503 `replica_failed` for that request
+    alone, and the other replicas keep serving."""

@@ -40,6 +40,8 @@ SLOW_FILES = (
     "tests/model/test_teardown_real.py",
     "tests/native/test_ray_tiny.py",  # Ray
     "tests/model/test_ray_real.py",
+    "tests/native/test_serve_ray_tiny.py",
+    "tests/native/test_serve_ray_cli.py",
     "tests/native/test_peer_smoke.py",  # llama-server peers
     "tests/model/test_peer_invariant_real.py",
     "tests/model/test_swarm_peers_real.py",

@@ -3,9 +3,12 @@
     swarmkv serve [-m MODEL] [--host 127.0.0.1] [--port 8000] [-t N] [-c CTX] [--max-live N]
                   [--policy fair|fifo|priority] [--api-key KEY ...] [--snapshot FILE ...]
                   [--prefix-scope global|key] [--chat-template NAME] [--no-exact]
+                  [--ray-replicas N [--address ADDR] [--routing prefix|round-robin]
+                   [--max-imbalance N]]
 
 SIGTERM or Ctrl-C: stop accepting, let in-flight requests finish within --grace seconds
-(then cancel them), free everything, exit 0.
+(then cancel them), free everything, exit 0. With --ray-replicas (the `[dist]` extra), N
+engines run as Ray Serve replicas behind the same routes (swarmkv.dist.serve_replicas).
 """
 
 from __future__ import annotations
@@ -84,13 +87,48 @@ def add_parser(subs: Any) -> None:
         help="seconds in-flight requests get to finish on SIGTERM/Ctrl-C",
     )
     p.add_argument(
-        "--no-exact",
-        dest="exact",
-        action="store_false",
-        help="llama.cpp's fastest kernels; answers then depend on the batch",
+        "--exact",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="batch-invariant kernels (the default wherever every backend has them, the CPU's: "
+        "answers as alone); --no-exact: llama.cpp's fastest kernels, answers then depend on "
+        "the batch; --exact insists (refused on a GPU)",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
+    _add_ray_flags(p)
     p.set_defaults(func=run)
+
+
+def _add_ray_flags(p: argparse.ArgumentParser) -> None:
+    ray = p.add_argument_group("Ray Serve replicas (the [dist] extra)")
+    ray.add_argument(
+        "--ray-replicas",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run N engines as Ray Serve replicas behind this one route, each request sent to "
+        "the replica that holds the longest prefix of its tokens",
+    )
+    ray.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="the Ray cluster to join (auto, ray://host:10001; default: a local instance)",
+    )
+    ray.add_argument(
+        "--routing",
+        choices=("prefix", "round-robin"),
+        default=None,
+        help="prefix: by token-prefix affinity, then load (default); round-robin: the baseline",
+    )
+    ray.add_argument(
+        "--max-imbalance",
+        type=int,
+        default=None,
+        metavar="N",
+        help="send a request to the least loaded replica instead of its prefix's when that "
+        "one has more than N requests more (default 4)",
+    )
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -106,10 +144,28 @@ def _check_args(args: argparse.Namespace) -> None:
     for snap in args.snapshot:
         if not snap.is_file():
             raise ConfigError(f"--snapshot {snap}: no such file")
+    _check_ray_args(args)
+
+
+def _check_ray_args(args: argparse.Namespace) -> None:
+    if args.ray_replicas is None:
+        for flag, value in (
+            ("--address", args.address),
+            ("--routing", args.routing),
+            ("--max-imbalance", args.max_imbalance),
+        ):
+            if value is not None:
+                raise ConfigError(f"{flag} needs --ray-replicas")
+        return
+    if args.ray_replicas < 1:
+        raise ConfigError(f"--ray-replicas must be >= 1, got {args.ray_replicas}")
+    if args.max_imbalance is not None and args.max_imbalance < 0:
+        raise ConfigError(f"--max-imbalance must be >= 0, got {args.max_imbalance}")
 
 
 def run(args: argparse.Namespace) -> int:
     """Load, serve until SIGTERM/Ctrl-C, drain, free. Exit status 0 after a clean stop."""
+    _check_args(args)  # before any import of the extras: bad flags say so, whatever is installed
     try:
         import uvicorn
 
@@ -118,10 +174,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"swarmkv serve needs the [serve] extra: pip install '.[serve]' ({exc})"
         ) from exc
-    from ..serve.http.boot import boot
+    from ..serve.http.boot import boot, serve_config
 
-    _check_args(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.ray_replicas is not None:
+        return _run_on_ray(args, serve_config(args))
     runtime, settings = boot(args)
     try:
         app = create_app(runtime, settings)
@@ -147,6 +204,18 @@ def run(args: argparse.Namespace) -> int:
         runtime.close()
         runtime.model.close()
     return 0
+
+
+def _run_on_ray(args: argparse.Namespace, config: Any) -> int:
+    """The replicas on Ray Serve (config: the engines' ServeConfig, checked already)."""
+    from ..dist.fanout import import_ray
+
+    import_ray()  # ConfigError naming the [dist] extra when ray is missing
+    try:
+        from ..dist.serve_replicas import run_replicas
+    except ImportError as exc:  # ray without its serve extra
+        raise ConfigError(f"--ray-replicas needs Ray Serve: pip install '.[dist]' ({exc})") from exc
+    return run_replicas(args, config)
 
 
 def _mark_draining_on_signal(server: Any, runtime: Any) -> None:

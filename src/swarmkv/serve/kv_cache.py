@@ -183,6 +183,22 @@ class PrefixCache:
         self.dups.pop(seq, None)
         self.free.append(seq)
 
+    def shared_prefixes(self, top: int = 10) -> list[dict[str, Any]]:
+        """The shared runs, longest first: tokens, end position and how many sequences read
+        them (live ones apart), for the status page."""
+        runs = [n for n in self.tree.runs() if len(n.holders) > 1]
+        runs.sort(key=lambda n: (-len(n.tokens), n.depth))
+        return [
+            {
+                "start": n.depth,
+                "tokens": len(n.tokens),
+                "sequences": len(n.holders),
+                "live": len(n.holders & self.live.keys()),
+                "pinned": bool(n.holders & self.pinned),
+            }
+            for n in runs[:top]
+        ]
+
     def audit(self) -> list[str]:
         """What llama.cpp's cells say against the tree: each resident sequence's last
         position, and no position in a free sequence. Empty when they agree."""

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checks import check_int
 from ..engine.core import Engine
@@ -40,12 +40,14 @@ from ..errors import (
 from ..llama.config import LLAMA_MAX_SEQ, ContextConfig
 from ..llama.constraint import Constraint
 from ..llama.context import Context
-from ..llama.guide import check_gbnf, tokenizer_for
 from ..llama.model import Model
-from ..llama.prefix_tokens import PrefixTokenizer
 from ..process.threads import Worker, wait_all
 from .job import FINISH_REASONS, DoneEvent, ErrorEvent, Job
 from .kv_cache import PrefixCache
+from .prompt import check_fits, prepare_constraint, prompt_tokenizer, tokenize_prompt
+
+if TYPE_CHECKING:
+    from ..kv.snapshot import KVSnapshot
 
 log = logging.getLogger("swarmkv.serve")
 
@@ -85,14 +87,27 @@ class ServeConfig:
 
 
 class Runtime:
-    """The engine thread and what it owns (see the module docstring)."""
+    """The engine thread and what it owns (see the module docstring).
 
-    def __init__(self, model: Model, config: ServeConfig) -> None:
+    snapshot_data: the snapshots of config.snapshots already in memory (a Ray replica's, from
+    the object store), one per path, restored instead of reading the files; the caller
+    releases them once this returns (restore copies them into the context)."""
+
+    def __init__(
+        self,
+        model: Model,
+        config: ServeConfig,
+        snapshot_data: Sequence[KVSnapshot] | None = None,
+    ) -> None:
         config.check()
+        if snapshot_data is not None and len(snapshot_data) != len(config.snapshots):
+            raise ConfigError(
+                f"{len(snapshot_data)} snapshots given for {len(config.snapshots)} paths"
+            )
         self.model = model
         self.config = config
         # text prompts repeat a document: only what follows a shared start is tokenized again
-        self.tokenizer = PrefixTokenizer(model, add_special=True, parse_special=True)
+        self.tokenizer = prompt_tokenizer(model)
         ctx_config = ContextConfig(
             n_ctx=config.n_ctx,
             n_batch=config.n_batch,
@@ -112,7 +127,8 @@ class Runtime:
                 policy=make_policy(config.policy),
                 lock=self.cond,
             )
-            self.snapshots = [self._pin(path) for path in config.snapshots]
+            data: Sequence[KVSnapshot | None] = snapshot_data or [None] * len(config.snapshots)
+            self.snapshots = [self._pin(p, d) for p, d in zip(config.snapshots, data, strict=True)]
         except BaseException:
             self.ctx.close()
             raise
@@ -127,12 +143,12 @@ class Runtime:
         self.started = time.monotonic()
         self._worker = Worker("serve-engine", self._serve)
 
-    def _pin(self, path: Path) -> dict[str, Any]:
-        """Restore a snapshot file into a pinned sequence (checked against model and context
-        first: SnapshotMismatchError names what differs)."""
+    def _pin(self, path: Path, given: KVSnapshot | None) -> dict[str, Any]:
+        """Restore a snapshot (the file at path, unless given) into a pinned sequence (checked
+        against model and context first: SnapshotMismatchError names what differs)."""
         from ..kv.snapshot import KVSnapshot, restore
 
-        snap = KVSnapshot.open_shared(path)
+        snap = KVSnapshot.open_shared(path) if given is None else given
         try:
             seq = self.cache.pin(list(snap.tokens))
             try:
@@ -143,20 +159,14 @@ class Runtime:
             log.info("pinned %s: %d tokens on sequence %d", path, snap.n_tokens, seq)
             return {"path": str(path), "tokens": snap.n_tokens, "seq": seq}
         finally:
-            snap.release()
+            if given is None:
+                snap.release()
 
     # -- the HTTP side ------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         """Queue job. ContextLengthError when its prompt and max_tokens can never fit,
         QueueFullError when the queue is full, ClosedError while shutting down."""
-        need = len(job.tokens) + job.max_tokens
-        if not job.tokens:
-            raise ContextLengthError("the prompt holds no token")
-        if need > self.ctx.n_ctx:
-            raise ContextLengthError(
-                f"this request needs {len(job.tokens)} prompt + {job.max_tokens} completion "
-                f"tokens, more than the context's {self.ctx.n_ctx}"
-            )
+        check_fits(job, self.ctx.n_ctx)
         with self.cond:
             if self._draining or self._stop:
                 raise ClosedError("the server is shutting down")
@@ -166,6 +176,19 @@ class Runtime:
             job.req = self._request(job)
             self.queue.append(job)
             self.cond.notify_all()
+
+    def submit_all(self, jobs: Sequence[Job]) -> None:
+        """Queue a request's jobs (its choices) as submit does, all or none: one refused
+        cancels those queued before it, then raises."""
+        queued: list[Job] = []
+        try:
+            for job in jobs:
+                self.submit(job)
+                queued.append(job)
+        except BaseException:
+            for job in queued:
+                self.cancel(job)
+            raise
 
     def _request(self, job: Job) -> Request:
         req = Request(
@@ -341,26 +364,9 @@ class Runtime:
                 "tokens_per_s": recent / min(10.0, max(now - self.started, 1e-9)),
                 "finished": self.finished,
                 "evictions": cache.evictions,
-                "prefixes": self._shared_prefixes(),
+                "prefixes": cache.shared_prefixes(),
                 "uptime_s": now - self.started,
             }
-
-    def _shared_prefixes(self, top: int = 10) -> list[dict[str, Any]]:
-        """The shared runs, longest first: tokens, end position and how many sequences read
-        them (live ones apart)."""
-        runs = [n for n in self.cache.tree.runs() if len(n.holders) > 1]
-        runs.sort(key=lambda n: (-len(n.tokens), n.depth))
-        live = self.cache.live
-        return [
-            {
-                "start": n.depth,
-                "tokens": len(n.tokens),
-                "sequences": len(n.holders),
-                "live": len(n.holders & live.keys()),
-                "pinned": bool(n.holders & self.cache.pinned),
-            }
-            for n in runs[:top]
-        ]
 
     def audit(self) -> list[str]:
         """The prefix cache against llama.cpp's cells (PrefixCache.audit), under the lock."""
@@ -397,6 +403,11 @@ class Runtime:
             self._draining = True
 
     @property
+    def n_ctx(self) -> int:
+        """KV cells in the context, shared by every request."""
+        return self.ctx.n_ctx
+
+    @property
     def draining(self) -> bool:
         """Whether the runtime has stopped accepting requests."""
         return self._draining
@@ -408,24 +419,10 @@ class Runtime:
             return self.cache.cells_used
 
     def prepare_constraint(self, constraint: Constraint) -> None:
-        """ConfigError unless constraint applies to this model (on the caller's thread, like
-        tokenizing: the model is read-only). GBNF: parsed by llama.cpp's grammar sampler
-        on the vocabulary. llguidance: its tokenizer of the vocabulary built now (once per
-        model, about a second for a large vocabulary), or the engine thread would stall
-        every live request while it builds."""
-        if constraint.by_llguidance:
-            tokenizer_for(self.model)
-        else:
-            check_gbnf(self.model, constraint.text)
+        """ConfigError unless constraint applies to this model (serve.prompt; on the
+        caller's thread, like tokenizing: the model is read-only)."""
+        prepare_constraint(self.model, constraint)
 
     def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]:
-        """A prompt's tokens: text with BOS and special tokens parsed (as llama-server
-        does; the tokens of a start shared with a recent prompt reused, PrefixTokenizer), or
-        token ids checked against the vocabulary."""
-        if isinstance(prompt, str):
-            return self.tokenizer.tokenize(prompt)
-        n_vocab = self.model.n_vocab
-        for t in prompt:
-            if not 0 <= t < n_vocab:
-                raise ConfigError(f"token id {t} is outside the vocabulary [0, {n_vocab})")
-        return list(prompt)
+        """A prompt's tokens (serve.prompt.tokenize_prompt)."""
+        return tokenize_prompt(self.tokenizer, self.model, prompt)

@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 from ...errors import ConfigError, SwarmKVError
 from ...llama.chat import ChatTemplate
 from ...llama.constraint import Constraint
-from ..runtime import Runtime
+from ..backend import Backend
 from . import openapi
 from .complete import CHAT, COMPLETION, DEFAULT_CHAT_MAX_TOKENS, DEFAULT_MAX_TOKENS, Call, Kind
 from .errors import APIError, api_error
@@ -52,6 +52,8 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     prefix_scope: str = "global"  # or "key": reuse only within one API key
     max_body_bytes: int = 8 << 20
+    # False behind Ray Serve's proxy, which sends X-Request-ID itself (the id it gave the app)
+    request_id_header: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -60,8 +62,8 @@ class Gate:
     disconnects): a request id on every request and response, the count by status, and 413
     for a body over the limit, by its Content-Length or as it streams in."""
 
-    def __init__(self, app: FastAPI, limit: int, metrics: Metrics) -> None:
-        self.app, self.limit, self.metrics = app, limit, metrics
+    def __init__(self, app: FastAPI, limit: int, metrics: Metrics, tag: bool = True) -> None:
+        self.app, self.limit, self.metrics, self.tag = app, limit, metrics, tag
         self.fastapi, self.state = app, app.state
 
     def openapi(self) -> dict[str, Any]:
@@ -83,7 +85,8 @@ class Gate:
                 return  # our 413 went out instead
             if msg["type"] == "http.response.start":
                 status["code"] = msg["status"]
-                msg["headers"] = [*msg.get("headers", []), (b"x-request-id", rid.encode())]
+                if self.tag:
+                    msg["headers"] = [*msg.get("headers", []), (b"x-request-id", rid.encode())]
             await send(msg)
 
         length = headers.get(b"content-length")
@@ -118,8 +121,9 @@ def _too_large(limit: int) -> JSONResponse:
     ).response()
 
 
-def create_app(runtime: Runtime, settings: Settings) -> Gate:
-    """The server's ASGI app over a running runtime (its lifetime is the caller's)."""
+def create_app(runtime: Backend, settings: Settings) -> Gate:
+    """The server's ASGI app over a running backend: this process's Runtime, or Ray replicas
+    (swarmkv.dist.serve_ingress); its lifetime is the caller's."""
     app = FastAPI(title="SwarmKV", version="1", docs_url=None, redoc_url=None)
     metrics = Metrics(runtime.status)
     app.state.runtime, app.state.settings, app.state.metrics = runtime, settings, metrics
@@ -173,7 +177,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
         max_tokens = body.max_completion_tokens or body.max_tokens
         # no max_tokens: up to DEFAULT_CHAT_MAX_TOKENS, never past the context (a request
         # reserves its generation room, so "the rest of the context" would run them one by one)
-        limit = max(1, min(DEFAULT_CHAT_MAX_TOKENS, runtime.ctx.n_ctx - len(tokens)))
+        limit = max(1, min(DEFAULT_CHAT_MAX_TOKENS, runtime.n_ctx - len(tokens)))
         return await _run(call, max_tokens or limit, scope, request, "messages")
 
     @app.get("/v1/models", responses=openapi.GUARDED)
@@ -189,7 +193,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
                     "owned_by": "swarmkv",
                     "system_fingerprint": settings.fingerprint,
                     "chat_template": None if tmpl is None else tmpl.name,
-                    "n_ctx": runtime.ctx.n_ctx,
+                    "n_ctx": runtime.n_ctx,
                     "exact": runtime.config.exact,
                 }
             ],
@@ -223,7 +227,7 @@ def create_app(runtime: Runtime, settings: Settings) -> Gate:
         html = resources.files("swarmkv.serve.http").joinpath("status.html").read_text()
         return HTMLResponse(html)
 
-    return Gate(app, settings.max_body_bytes, metrics)
+    return Gate(app, settings.max_body_bytes, metrics, settings.request_id_header)
 
 
 async def _run(call: Call, max_tokens: int, scope: str | None, request: Request, param: str) -> Any:
@@ -261,7 +265,7 @@ def _content(content: Any) -> str:
     return "".join(part.text for part in content)
 
 
-async def _constraint(runtime: Runtime, body: Any) -> Constraint | None:
+async def _constraint(runtime: Backend, body: Any) -> Constraint | None:
     """The request's structured-output constraint, checked against the model before it is
     queued (off the event loop: the first constrained request builds llguidance's tokenizer)."""
     found = constraint_of(body)
@@ -275,7 +279,7 @@ async def _constraint(runtime: Runtime, body: Any) -> Constraint | None:
     return constraint
 
 
-def _tokens(runtime: Runtime, prompt: Any, param: str) -> list[int]:
+def _tokens(runtime: Backend, prompt: Any, param: str) -> list[int]:
     try:
         return runtime.tokenize_prompt(prompt)
     except SwarmKVError as exc:

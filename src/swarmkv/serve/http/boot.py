@@ -10,6 +10,7 @@ from pathlib import Path
 from ..._native import BUILD, LLAMA_CPP_COMMIT
 from ...errors import ConfigError
 from ...llama.chat import ChatTemplate
+from ...llama.exactness import resolve_exact
 from ...llama.model import Model
 from ...llama.models import default_model_path
 from ..runtime import Runtime, ServeConfig
@@ -29,8 +30,8 @@ def fingerprint(model: Model, exact: bool) -> str:
     return f"fp-{digest}-{'exact' if exact else 'plain'}"
 
 
-def boot(args: argparse.Namespace) -> tuple[Runtime, Settings]:
-    """Load the model, start the runtime (snapshots pinned), and the app's settings."""
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    """The engine's settings from `swarmkv serve`'s flags, checked (ConfigError)."""
     config = ServeConfig(
         n_ctx=args.ctx_size,
         n_batch=args.batch_size,
@@ -39,21 +40,27 @@ def boot(args: argparse.Namespace) -> tuple[Runtime, Settings]:
         max_cached=args.max_cached,
         max_queue=args.max_queue,
         policy=args.policy,
-        exact=args.exact,
+        exact=resolve_exact(args.exact).exact,  # --exact/--no-exact, else where supported
         snapshots=tuple(args.snapshot),
     )
     config.check()
+    return config
+
+
+def boot(args: argparse.Namespace) -> tuple[Runtime, Settings]:
+    """Load the model, start the runtime (snapshots pinned), and the app's settings."""
+    config = serve_config(args)
     path = Path(args.model).expanduser() if args.model else default_model_path()
-    model = Model(path, repack=not args.exact)
+    model = Model(path, repack=not config.exact)
     try:
-        template = _template(model, args.chat_template)
+        template = chat_template(model, args.chat_template)
         runtime = Runtime(model, config)
     except BaseException:
         model.close()
         raise
     settings = Settings(
         model_id=path.stem,
-        fingerprint=fingerprint(model, args.exact),
+        fingerprint=fingerprint(model, config.exact),
         chat_template=template,
         api_keys=tuple(args.api_key),
         prefix_scope=args.prefix_scope,
@@ -62,7 +69,7 @@ def boot(args: argparse.Namespace) -> tuple[Runtime, Settings]:
     return runtime, settings
 
 
-def _template(model: Model, name: str | None) -> ChatTemplate | None:
+def chat_template(model: Model, name: str | None) -> ChatTemplate | None:
     """The chat template, or None (no chat endpoint) for a model that has none when no
     name was given; a name llama.cpp does not know is a ConfigError."""
     try:

@@ -13,8 +13,8 @@ from typing import Any
 
 from ...llama.constraint import Constraint
 from ...llama.sampling import SamplerConfig
+from ..backend import Backend
 from ..job import DoneEvent, ErrorEvent, Event, Job, TokenEvent
-from ..runtime import Runtime
 from .errors import api_error
 from .metrics import Metrics
 from .schemas import MAX_N, Sampling
@@ -43,7 +43,7 @@ class Call:
     """One request in flight: its choices and how to answer."""
 
     kind: Kind
-    runtime: Runtime
+    runtime: Backend
     metrics: Metrics
     model_id: str
     fingerprint: str
@@ -61,40 +61,39 @@ class Call:
 
     # -- submission ---------------------------------------------------------------------------
     def submit(self, max_tokens: int, scope: str | None) -> None:
-        """Queue n jobs; the first's prompt prefill is shared by the others (the runtime
-        makes them wait for it). Choice i samples with seed + i."""
+        """Queue n jobs, all or none; the first's prompt prefill is shared by the others (an
+        engine makes them wait for it, and a Ray ingress sends them to one replica together).
+        Choice i samples with seed + i."""
         body = self.body
         seed = body.seed if body.seed is not None else secrets.randbelow(2**32 - MAX_N)
         stops = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
         loop = asyncio.get_running_loop()
-        try:
-            for i in range(body.n):
-                choice = Choice(i, loop)
-                sampler = SamplerConfig(
-                    body.temperature,
-                    body.top_k,
-                    None if body.top_p >= 1.0 else body.top_p,
-                    body.min_p,
-                    (seed + i) % 2**32,
-                    constraint=self.constraint,
-                )
-                sampler.validate()
-                job = Job(
-                    self.tokens,
-                    max_tokens,
-                    sampler,
-                    choice.push,
-                    stop=stops,
-                    scope=scope,
-                    priority=body.priority,
-                    top_logprobs=self.top_logprobs,
-                )
-                self.runtime.submit(job)
-                self.choices.append(choice)
-                self.jobs.append(job)
-        except BaseException:
-            self.cancel()
-            raise
+        choices, jobs = [], []
+        for i in range(body.n):
+            choice = Choice(i, loop)
+            sampler = SamplerConfig(
+                body.temperature,
+                body.top_k,
+                None if body.top_p >= 1.0 else body.top_p,
+                body.min_p,
+                (seed + i) % 2**32,
+                constraint=self.constraint,
+            )
+            sampler.validate()
+            job = Job(
+                self.tokens,
+                max_tokens,
+                sampler,
+                choice.push,
+                stop=stops,
+                scope=scope,
+                priority=body.priority,
+                top_logprobs=self.top_logprobs,
+            )
+            choices.append(choice)
+            jobs.append(job)
+        self.runtime.submit_all(jobs)
+        self.choices, self.jobs = choices, jobs
 
     def cancel(self) -> None:
         """Cancel every choice still running (the client went away, or a sibling failed)."""

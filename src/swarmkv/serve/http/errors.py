@@ -11,6 +11,7 @@ from ...errors import (
     ConfigError,
     ContextLengthError,
     QueueFullError,
+    ReplicaError,
     SnapshotMismatchError,
 )
 
@@ -56,6 +57,14 @@ def api_error(exc: BaseException, param: str | None = None) -> APIError:
         )
     if isinstance(exc, ClosedError):
         return APIError(503, str(exc), type="server_error", code="shutting_down")
+    if isinstance(exc, ReplicaError):  # a replica died: a retry goes to a live one
+        return APIError(
+            503,
+            f"{exc}; retry the request",
+            type="server_error",
+            code="replica_failed",
+            headers={"Retry-After": "1"},
+        )
     if isinstance(exc, ConfigError | SnapshotMismatchError):
         return APIError(400, str(exc), param=param)
     raise exc
