@@ -9,7 +9,9 @@
 #
 # Environment: JOBS (default: nproc), SWARMKV_CUDA=ON to build the CUDA backend (as the
 # SwarmKV wheel does with the same variable), TARGET=llama-completion to build llama.cpp's
-# completion tool instead (bench/agree_llama_tool.py). The last line printed is the binary.
+# completion tool instead (bench/agree_llama_tool.py), TARGET=llama-parallel or llama-batched
+# for its examples that share a prompt across sequences (bench/parallel_peer.py,
+# bench/batched_peer.py). The last line printed is the binary.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +30,12 @@ fi
 # binary instead, so `llama-server --version` names the tree it was built from.
 COMMIT="$(sed -n 's/^commit *= *"\([0-9a-f]*\)".*/\1/p' "$ROOT/vendor/llama.cpp.lock")"
 
+TARGET="${TARGET:-llama-server}"
+examples=OFF
+if [[ "$TARGET" == llama-parallel || "$TARGET" == llama-batched ]]; then
+    examples=ON  # examples/parallel and examples/batched
+fi
+
 # A generator cannot change in an existing tree: keep whatever the first configure chose.
 if [[ -f "$BUILD/CMakeCache.txt" ]]; then
     generator=()
@@ -40,7 +48,7 @@ cmake -S "$SRC" -B "$BUILD" "${generator[@]}" \
     -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_TOOLS=ON \
     -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_EXAMPLES="$examples" \
     -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_IS_DEV=OFF \
     -DLLAMA_BUILD_COMMIT="${COMMIT:-unknown}" \
@@ -53,7 +61,6 @@ cmake -S "$SRC" -B "$BUILD" "${generator[@]}" \
     -DLLAMA_USE_PREBUILT_UI=OFF \
     -DGGML_CUDA="${SWARMKV_CUDA:-OFF}"
 
-TARGET="${TARGET:-llama-server}"
 cmake --build "$BUILD" --config Release --target "$TARGET" -j"$JOBS"
 
 BIN="$BUILD/bin/$TARGET"
