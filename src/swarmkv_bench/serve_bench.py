@@ -26,6 +26,7 @@ from .serve_stats import add_utilization, run_stats, summarize
 from .serve_systems import (
     KERNELS,
     PEERS,
+    RAY_SYSTEM,
     Setup,
     binary_info,
     describe,
@@ -57,6 +58,7 @@ class ServeBenchOptions:
     llama_server: Path | None = None
     probes: int = len(PROBE_WORDS) - 1  # the overhead probe's, after its warm-up
     overhead: bool = True
+    ray: bool = False  # swarmkv-ray2 too: two Ray Serve replicas on the same cores
 
 
 def setup_record(opts: ServeBenchOptions) -> dict[str, Any]:
@@ -115,10 +117,13 @@ def rotated(names: Sequence[str], k: int) -> list[str]:
 def run_workload(opts: ServeBenchOptions, work: Workload, model: Any) -> dict[str, Any]:
     """Every rate × seed × kernels × system on one workload; per rate, the summary."""
     size = sizes(work, model)
-    systems = ["swarmkv", *(opts.peers if opts.llama_server else ())]
+    systems = ["swarmkv", *([RAY_SYSTEM] if opts.ray else [])]
+    systems += list(opts.peers if opts.llama_server else ())
     runs = []
     for rate in opts.rates:
-        for k, seed in enumerate(opts.seeds):
+        # a burst sends every agent at once: the seed moves no arrival, one run says it all
+        seeds = opts.seeds if math.isfinite(rate) else opts.seeds[:1]
+        for k, seed in enumerate(seeds):
             for kernels in opts.kernels:
                 setup = Setup(opts.model, opts.threads, kernels, opts.llama_server)
                 runs += [one_run(n, setup, work, size, rate, seed) for n in rotated(systems, k)]

@@ -65,6 +65,12 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
         "plain (swarmkv serve --no-exact and the peers as built)",
     )
     g.add_argument(
+        "--ray",
+        action="store_true",
+        help="with --serve: swarmkv-ray2 too, `swarmkv serve --ray-replicas 2` on the same "
+        "cores (the [dist] extra), against one `swarmkv serve`",
+    )
+    g.add_argument(
         "--probes",
         type=count(1, len(PROBE_WORDS) - 1),
         default=len(PROBE_WORDS) - 1,
@@ -130,6 +136,7 @@ def options_of(args: argparse.Namespace, head: str, llama_server: Any) -> Any:
         llama_server=llama_server if peers else None,
         probes=args.probes,
         overhead=args.overhead,
+        ray=args.ray,
     )
 
 

@@ -7,6 +7,10 @@
 | server-np1          | -np 1, its prompt cache      | each head once               |
 | server-np16-unified | -np 16 --kv-unified          | 16 copies of the heads at once |
 | server-np16         | -np 16, a KV cache per slot  | 16 copies of the heads at once |
+| swarmkv-ray2        | (`swarmkv serve --ray-replicas 2`, the threads split) | each head twice |
+
+swarmkv-ray2 (`--ray`) is SwarmKV on two Ray Serve replicas on the same cores, routed by
+prefix affinity: measured against one `swarmkv serve`, not as a peer.
 
 Kernel families, like for like: `exact` runs SwarmKV's default (batch-invariant kernels) and
 the peers with LLAMA_BATCH_INVARIANT=1 and --no-repack; `plain` runs `swarmkv serve
@@ -35,7 +39,9 @@ from .serve_workloads import Workload
 
 # name: (slots, one KV buffer for all slots)
 PEERS = {"server-np16-unified": (16, True), "server-np16": (16, False), "server-np1": (1, False)}
-SYSTEMS = ("swarmkv", *PEERS)
+RAY_SYSTEM = "swarmkv-ray2"
+RAY_REPLICAS = 2
+SYSTEMS = ("swarmkv", RAY_SYSTEM, *PEERS)
 KERNELS = ("exact", "plain")
 MAX_LIVE = 16
 
@@ -71,11 +77,15 @@ def sizes(work: Workload, model: Any) -> Sizes:
 
 def open_system(name: str, setup: Setup, work: Workload, size: Sizes) -> Any:
     """The system's server, not yet started (a context manager)."""
-    if name == "swarmkv":  # the heads resident, and every live request's own tokens beside
+    if name in ("swarmkv", RAY_SYSTEM):  # the heads resident, each live request's tokens beside
         n_ctx = size.heads + MAX_LIVE * (size.own + work.n_predict) + 1024
-        args = ["-m", str(setup.model), "-c", str(n_ctx), "-t", str(setup.threads)]
+        ray = name == RAY_SYSTEM
+        threads = max(1, setup.threads // RAY_REPLICAS) if ray else setup.threads
+        args = ["-m", str(setup.model), "-c", str(n_ctx), "-t", str(threads)]
         args += ["--max-live", str(MAX_LIVE), "--max-queue", str(max(256, len(work.agents)))]
-        return ServeProcess(args + ([] if setup.kernels == "exact" else ["--no-exact"]))
+        args += [] if setup.kernels == "exact" else ["--no-exact"]
+        args += ["--ray-replicas", str(RAY_REPLICAS)] if ray else []
+        return ServeProcess(args, start_timeout_s=600.0)
     if setup.llama_server is None:
         raise RuntimeError(f"{name} needs llama-server (bench/build_llama_server.sh)")
     return LlamaServer(setup.llama_server, peer_config(name, setup, work, size.prompt))
@@ -99,8 +109,9 @@ def peer_config(name: str, setup: Setup, work: Workload, prompt_tokens: int) -> 
 
 
 def warm_copies(name: str, work: Workload) -> int:
-    """How many copies of each head warm the system: enough to put one in every slot."""
-    slots = PEERS[name][0] if name in PEERS else 1
+    """How many copies of each head warm the system: enough to put one in every slot (a
+    replica each for swarmkv-ray2, where new prefixes go to the least loaded replica)."""
+    slots = PEERS[name][0] if name in PEERS else (RAY_REPLICAS if name == RAY_SYSTEM else 1)
     return max(1, math.ceil(slots / max(1, len(work.heads))))
 
 

@@ -4,8 +4,12 @@
   flight, else the nearest to 12): the best peer's p99 time to first token over SwarmKV's
   >= 5x, SwarmKV's tokens/s over the best peer's >= 1.5x; the same ratios at the lowest rate
   where every system keeps up (utilization <= 1 in every seed), reported as they are;
-- multiturn, at every rate: SwarmKV's prompt tokens computed over server-np16's <= 1/5.
-Each value is one seed's; a target passes when its worst seed does.
+- multiturn, at every rate: SwarmKV's prompt tokens computed over server-np16's <= 1/5;
+- with swarmkv-ray2 (bench --serve --ray), on every workload and rate: its tokens/s over one
+  `swarmkv serve`'s on the same cores >= 0.9, and (batch-invariant kernels: plain ones depend
+  on the batch and on the replicas' thread count) its answers the same as that server's.
+Each value is one seed's; a target passes when its worst seed does. Peers are the llama-server
+setups only: SwarmKV's own systems never count as one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .metrics import spread
+from .serve_systems import RAY_SYSTEM
 
 LIVE_RANGE = (8.0, 16.0)
 
@@ -75,7 +80,7 @@ def shared_ratios(
     ttft, tps = [], []
     for systems in _by(work["runs"], rate, kernels).values():
         mine = systems.get("swarmkv")
-        peers = [r for n, r in systems.items() if n != "swarmkv"]
+        peers = [r for n, r in systems.items() if not n.startswith("swarmkv")]
         if mine is None or not peers or mine["ttft_ms"]["p99"] is None:
             continue
         p99s = [p["ttft_ms"]["p99"] for p in peers if p["ttft_ms"]["p99"] is not None]
@@ -127,6 +132,52 @@ def _multiturn(work: dict[str, Any], kernels: str) -> list[dict[str, Any]]:
     return out
 
 
+def same_answers(mine: dict[str, Any], other: dict[str, Any]) -> int:
+    """How many requests (agent and turn) got the same text from both runs."""
+    texts = {(r["agent"], r["turn"]): r["text"] for r in mine["requests_log"] if not r["error"]}
+    return sum(
+        texts.get((r["agent"], r["turn"])) == r["text"]
+        for r in other["requests_log"]
+        if not r["error"]
+    )
+
+
+def _ray(name: str, work: dict[str, Any], kernels: str) -> list[dict[str, Any]]:
+    out = []
+    for entry in work["by_rate"]:
+        ratios, same = [], []
+        for systems in _by(work["runs"], entry["rate"], kernels).values():
+            mine, ray = systems.get("swarmkv"), systems.get(RAY_SYSTEM)
+            if mine is None or ray is None or not mine["tokens_per_s"]:
+                continue
+            ratios.append((ray["tokens_per_s"] or 0.0) / mine["tokens_per_s"])
+            same.append(same_answers(mine, ray) / max(1, len(mine["requests_log"])))
+        if ratios:
+            common = {"workload": name, "kernels": kernels, "rate": entry["rate"]}
+            out.append(
+                _target(
+                    f"tokens/s, {RAY_SYSTEM} over swarmkv",
+                    ratios,
+                    0.9,
+                    True,
+                    at="every rate",
+                    **common,
+                )
+            )
+            if kernels == "exact":  # plain answers depend on the batch and the threads
+                out.append(
+                    _target(
+                        f"answers of {RAY_SYSTEM} equal to swarmkv's",
+                        same,
+                        1.0,
+                        True,
+                        at="every rate",
+                        **common,
+                    )
+                )
+    return out
+
+
 def targets(workloads: dict[str, Any], kernels: Sequence[str]) -> list[dict[str, Any]]:
     """Every target the runs can judge (a workload or peer not run judges nothing)."""
     out: list[dict[str, Any]] = []
@@ -135,4 +186,6 @@ def targets(workloads: dict[str, Any], kernels: Sequence[str]) -> list[dict[str,
             out += _shared(workloads["shared"], k)
         if "multiturn" in workloads:
             out += _multiturn(workloads["multiturn"], k)
+        for name, work in workloads.items():
+            out += _ray(name, work, k)
     return out

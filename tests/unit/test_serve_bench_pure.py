@@ -4,6 +4,7 @@ figures, utilization, the summary over seeds and the targets (no native library,
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,55 @@ def test_multiturn_target_is_computed_prompt_tokens_against_server_np16() -> Non
             _run("server-np16", 1.0, 0, 10.0, 50, 3, computed=1000)]  # fmt: skip
     (t,) = targets({"multiturn": _workload(runs)}, ["exact"])
     assert t["per_seed"] == [0.1] and t["pass"] is True and t["goal"] == "<= 0.2"
+
+
+def _log(texts: list[str]) -> list[dict[str, Any]]:
+    return [{"agent": i, "turn": 0, "text": t, "error": None} for i, t in enumerate(texts)]
+
+
+def test_ray_replicas_are_judged_against_one_server_and_never_as_a_peer() -> None:
+    """swarmkv-ray2 (bench --serve --ray): its tokens/s over one swarmkv serve's (>= 0.9) and
+    its answers the same, per seed; it never stands in for a llama-server peer."""
+    runs = []
+    for seed, ray_tps in ((0, 9.5), (1, 8.0)):
+        mine = _run("swarmkv", 1.0, seed, 10.0, 50, 3) | {"requests_log": _log(["a", "b"])}
+        ray = _run("swarmkv-ray2", 1.0, seed, ray_tps, 1, 3)
+        ray["requests_log"] = _log(["a", "b" if seed == 0 else "c"])
+        runs += [mine, ray, _run("server-np1", 1.0, seed, 5.0, 500, 3)]
+    got = {t["target"]: t for t in targets({"groups": _workload(runs)}, ["exact"])}
+    tps = got["tokens/s, swarmkv-ray2 over swarmkv"]
+    assert tps["per_seed"] == [0.95, 0.8] and tps["pass"] is False  # seed 1 is below 0.9
+    same = got["answers of swarmkv-ray2 equal to swarmkv's"]
+    assert same["per_seed"] == [1.0, 0.5] and same["pass"] is False
+    shared = targets({"shared": _workload([dict(r) for r in runs])}, ["exact"])
+    ttft = next(t for t in shared if t["target"].startswith("p99 TTFT"))
+    assert ttft["per_seed"] == [10.0, 10.0]  # against server-np1, not the ray's 1 ms
+
+
+def test_a_burst_runs_once_whatever_the_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarmkv_bench import serve_bench
+
+    calls: list[tuple[str, Any, int]] = []
+
+    def fake_run(name: str, setup: Any, work: Any, size: Any, rate: float, seed: int) -> dict:
+        calls.append((name, rate, seed))
+        label = serve_bench.rate_label(rate)
+        return _run(name, label, seed, 10.0, 50, 3) | {"workload": work.name}
+
+    monkeypatch.setattr(serve_bench, "one_run", fake_run)
+    from swarmkv_bench.serve_systems import Sizes
+
+    monkeypatch.setattr(serve_bench, "sizes", lambda work, model: Sizes(1, 2, 1))
+    opts = serve_bench.ServeBenchOptions(
+        model=Path("m.gguf"), head="h", head_tokens=1, rates=(1.0, math.inf), seeds=(0, 1, 2),
+        peers=(), kernels=("exact",), ray=True,
+    )  # fmt: skip
+    serve_bench.run_workload(opts, _work(2), None)
+    assert [c for c in calls if c[1] == 1.0] == [
+        (n, 1.0, s) for s, ns in ((0, ("swarmkv", "swarmkv-ray2")),
+                                  (1, ("swarmkv-ray2", "swarmkv")),
+                                  (2, ("swarmkv", "swarmkv-ray2"))) for n in ns
+    ]  # fmt: skip
+    assert [c for c in calls if c[1] == math.inf] == [
+        ("swarmkv", math.inf, 0), ("swarmkv-ray2", math.inf, 0)
+    ]  # fmt: skip

@@ -37,12 +37,12 @@ class WorkerSettings:
     flash_attn: FlashAttn = "auto"
     type_k: str = "f16"
     type_v: str = "f16"
-    max_contexts: int = 1
+    max_contexts: int | None = None  # ConcurrencyPolicy: None lets each mode choose
     fork: ForkOptions = field(default_factory=ForkOptions)
     exact: bool = True
 
     def pipeline_kwargs(self) -> dict[str, Any]:
-        """Pipeline's keyword arguments (the policy rebuilt here: it holds a semaphore)."""
+        """Pipeline's keyword arguments (the policy rebuilt here from its one field)."""
         kwargs = {f.name: getattr(self, f.name) for f in fields(self)}
         kwargs["policy"] = ConcurrencyPolicy(kwargs.pop("max_contexts"))
         return kwargs

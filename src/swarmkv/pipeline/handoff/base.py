@@ -25,11 +25,11 @@ from ...engine.single import decode_branch
 from ...engine.stats import DecodeStats
 from ...engine.work import Document, Request
 from ...kv.snapshot import KVSnapshot, restore
-from ...llama.config import ContextConfig
+from ...llama.config import ContextConfig, default_threads
 from ...llama.context import Context
 from ...llama.model import Model
 from ...llama.pool import HostBufferPool
-from ..concurrency import ConcurrencyPolicy
+from ..concurrency import ConcurrencyPolicy, Slots
 from ..dag import Dag, DagResult, Dep, NodeContext
 from ..modes import ForkOptions
 from ..nodes import BranchNode, PrefillNode
@@ -60,9 +60,15 @@ class Handoff:
     ) -> tuple[dict[str, NodeOutcome], dict[str, BranchResult]]:
         """Run the plan: the DAG of build(plan) on a bounded pool of node threads (one per
         context slot, plus the prefill), then collect()."""
-        workers = plan.policy.max_contexts + 1
+        plan.slots = self.slots(plan)
+        workers = plan.slots.count + 1
         dres = self.build(plan).run(timeout_s=timeout_s, cancel=cancel, max_workers=workers)
         return self.collect(plan, dres)
+
+    def slots(self, plan: Plan) -> Slots:
+        """This mode's branch-context slots (ConcurrencyPolicy.slots; host splits the cores)."""
+        threads = plan.base.n_threads or default_threads()
+        return plan.policy.slots(threads, len(plan.branches), split=False)
 
     def collect(
         self, plan: Plan, dres: DagResult
@@ -106,6 +112,7 @@ class Plan:
     ledger: RunLedger = field(default_factory=RunLedger)  # written by the node threads
     reused: int = 0  # leading document tokens restored from `start` instead of prefilled
     start: KVSnapshot | None = None  # the snapshot they come from (set by Pipeline.run)
+    slots: Slots = field(default_factory=lambda: Slots(1, None))  # set by Handoff.execute
 
     def prefix_len(self, b: BranchNode) -> int:
         """How many document tokens branch b reads: its required_prefix_tokens or all."""

@@ -37,7 +37,7 @@ def _baseline_doc(plan: Plan) -> list[int]:
 def _baseline_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
     w = plan.prefix_len(b)
     bounds = [(lo, hi) for lo, hi in plan.bounds() if hi <= w]  # the prefill's own chunks
-    with plan.policy.context_slot():
+    with plan.slots.hold():
         nctx.check_cancelled()  # the run may have stopped while this branch waited
         ready = time.perf_counter_ns()
         with plan.context(plan.n_ctx) as ctx:

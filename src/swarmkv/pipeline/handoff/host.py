@@ -9,6 +9,8 @@ from ...engine.result import BranchResult, ms
 from ...engine.single import prefill
 from ...kv.snapshot import KVSnapshot, capture, restore
 from ...llama.budget import DEFAULT_HEADROOM, round_ctx
+from ...llama.config import default_threads
+from ..concurrency import Slots
 from ..dag import Dag, NodeContext
 from ..nodes import BranchNode
 from .base import Handoff, Plan, deps, prefix_input, result_of, run_branch
@@ -19,6 +21,12 @@ class HostHandoff(Handoff):
     bytes (copy-on-fork) and restores them into a fresh context of its own."""
 
     name = "host"
+
+    def slots(self, plan: Plan) -> Slots:
+        """Branch contexts decode side by side, the cores split among them (see
+        ConcurrencyPolicy): the prefill before them has every core to itself."""
+        threads = plan.base.n_threads or default_threads()
+        return plan.policy.slots(threads, len(plan.branches), split=True)
 
     def build(self, plan: Plan) -> Dag:
         """The DAG: the prefill node (captures snapshots), then one node per branch."""
@@ -68,7 +76,7 @@ def _host_prefill(plan: Plan, nctx: NodeContext) -> KVSnapshot:
 def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
     snap: KVSnapshot = prefix_input(plan, b, nctx.inputs)
     available = plan.ledger.ready_ns(snap.n_tokens)
-    with plan.policy.context_slot():
+    with plan.slots.hold():
         nctx.check_cancelled()  # the run may have stopped while this branch waited
         # like the baseline's: a branch may start once its input AND a context slot exist;
         # the wait for the slot is reported separately (wait_ms)
@@ -80,7 +88,7 @@ def _host_branch(plan: Plan, b: BranchNode, nctx: NodeContext) -> BranchResult:
         own = snap if snap.shared else snap.fork(plan.pool)
         copy_ms = ms(time.perf_counter_ns() - t)
         try:
-            with plan.context(plan.n_ctx) as ctx:
+            with plan.context(plan.n_ctx, **plan.slots.overrides()) as ctx:
                 restore_ms = restore(ctx, 0, own)
                 req = plan.request(b, 0, nctx.inputs)
                 run_branch(plan, ctx, req, nctx)
