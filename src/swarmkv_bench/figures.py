@@ -17,6 +17,7 @@ tests/unit/test_results_docs.py checks every comment against its file, and that 
 measured figure (a number with a decimal point) on those pages carries one.
 
     python -m swarmkv_bench.figures FILE#PATH [FORMAT]    # prints the annotated figure
+    python -m swarmkv_bench.figures --refresh PAGE...     # rewrites the pages' figures
 """
 
 from __future__ import annotations
@@ -138,6 +139,34 @@ def check(text: str, root: Path) -> list[str]:
     return problems
 
 
+# the figure just before a comment, as each kind writes it (a spread: "median [min-max]")
+_NUM = r"-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?"
+_WRITTEN = {
+    "fig": re.compile(_NUM + "$"),
+    "ratio": re.compile(_NUM + "$"),
+    "spread": re.compile(_NUM + r" \[" + _NUM + "-" + _NUM + r"\]$"),
+}
+
+
+def refresh(text: str, root: Path) -> str:
+    """text with every annotated figure rewritten to what its file holds now (after a study
+    is run again). Only the figures change: the prose around them is the author's to read
+    again. A comment whose source cannot be read raises FigureError."""
+    out, last = [], 0
+    for m in ANNOTATION.finditer(text):
+        kind, file, path, fmt = m.groups()
+        want = render(kind, value_of(root, kind, file, path), fmt)
+        head = text[last : m.start()]
+        stars = len(head) - len(head.rstrip("*"))
+        body = head[: len(head) - stars]
+        old = _WRITTEN[kind].search(body)
+        if old is None:
+            raise FigureError(f"{file}#{path}: no figure before its comment")
+        out += [body[: old.start()], want, head[len(head) - stars :], m.group(0)]
+        last = m.end()
+    return "".join(out) + text[last:]
+
+
 def _blank_code(text: str) -> str:
     """text with code blocks, code spans, link targets and comments blanked (same length):
     numbers there are commands, paths or sources, not measured figures."""
@@ -151,6 +180,10 @@ def _blank_code(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--refresh"]:  # --refresh PAGE...: rewrite each page's figures in place
+        for page in map(Path, argv[1:]):
+            page.write_text(refresh(page.read_text(encoding="utf-8"), Path("docs/results")))
+        return 0
     if not 1 <= len(argv) <= 3:
         print(__doc__, file=sys.stderr)
         return 2

@@ -69,3 +69,24 @@ def test_a_ratio_is_computed_from_the_two_values_it_names(root: Path) -> None:
     assert text.startswith("1.378<!--ratio study/r.json#")
     assert check(f"ratio {text}x", root) == []
     assert check(text.replace("1.378<", "1.379<"), root)
+
+
+def test_refresh_rewrites_each_figure_to_what_its_file_now_holds(tmp_path: Path) -> None:
+    from swarmkv_bench.figures import check, refresh
+
+    (tmp_path / "r.json").write_text(json.dumps({"a": 1.25, "s": [2.0, 1.0, 3.0], "p": 0.5}))
+    page = (
+        "x **1.2<!--fig r.json#a .1f-->**x, 9.0 [9.0-9.0]<!--spread r.json#s .1f--> and "
+        "50%<!--fig r.json#p .0%--> and 2.50<!--ratio r.json#a:p .2f-->"
+    )
+    new = refresh(page, tmp_path)
+    assert new == (
+        "x **1.2<!--fig r.json#a .1f-->**x, 2.0 [1.0-3.0]<!--spread r.json#s .1f--> and "
+        "50%<!--fig r.json#p .0%--> and 2.50<!--ratio r.json#a:p .2f-->"
+    )
+    assert check(new, tmp_path) == []
+    (tmp_path / "r.json").write_text(json.dumps({"a": 3.0, "s": [2.0, 1.0, 3.0], "p": 0.25}))
+    from swarmkv_bench import figures
+
+    figures._load.cache_clear()
+    assert "3.0<!--fig" in refresh(new, tmp_path) and "25%<!--fig" in refresh(new, tmp_path)
