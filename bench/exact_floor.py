@@ -7,7 +7,8 @@ measured in the same run.
                                 [--switch NAME=VALUE ...] [-o f.json]
 
 In one process: this CPU's peaks (swarmkv_bench/hw_peak.py: int8 multiply-adds, f32 FMAs,
-read bandwidth, every thread) and the kernels' own best int8 rate; then one warm-up and
+read bandwidth, every thread; measured before every trial and after the last, the largest of
+each reading taken) and the kernels' own best int8 rate; then one warm-up and
 --trials measured trials, each running plain and exact in an order that rotates from trial
 to trial, a fresh context each: the document prefilled in 512-token chunks (as `fork` does),
 then --steps 1-branch and N-branch generation steps at the positions after it (each phase's
@@ -30,7 +31,7 @@ from swarmkv.engine.sequence import chunk_bounds
 from swarmkv.llama.batch import Batch
 from swarmkv.llama.kernel_switches import Switches, parse_switch_assignments
 from swarmkv_bench.hw_floor import ModelShape, decode_floor
-from swarmkv_bench.hw_peak import measure_peaks
+from swarmkv_bench.hw_peak import best_of, measure_peaks
 from swarmkv_bench.kernel_rate import int8_gmacs
 from swarmkv_bench.metrics import spread
 from swarmkv_bench.phases import open_context, prefill, step_runner
@@ -162,12 +163,11 @@ def main() -> int:
     with sk.Model(path, repack=True) as plain, sk.Model(path) as exact:
         tokens = exact.tokenize(document(exact, args.doc_tokens))
         threads = args.threads or sk.llama.config.default_threads()
-        peaks = measure_peaks(threads)
         kernel_rate = int8_gmacs(threads=threads, exact=True)
-        floor = floors(shape, peaks, len(tokens), 512, args.branches)
         models = {"plain": plain, "exact": exact}
-        trials = []
+        trials, readings = [], []
         for trial in range(args.trials + 1):  # trial 0: the warm-up, not kept
+            readings.append(measure_peaks(threads))  # before each trial, and after the last
             order = SETTINGS[trial % 2 :] + SETTINGS[: trial % 2]
             run = {
                 s: one_setting(models[s], tokens, args.branches, args.steps, s == "exact", switches)
@@ -175,6 +175,9 @@ def main() -> int:
             }
             if trial:
                 trials.append(run)
+        readings.append(measure_peaks(threads))
+    peaks = best_of(readings)
+    floor = floors(shape, peaks, len(tokens), 512, args.branches)
     rows = summarize(trials, floor)
     targets = judge(rows)
     print(f"peaks ({threads} threads): {peaks.to_dict()}; kernels' int8 {kernel_rate:.1f} G/s")
@@ -184,6 +187,7 @@ def main() -> int:
             "args": vars(args) | {"out": str(args.out)},
             "doc_tokens": len(tokens),
             "peaks": peaks.to_dict(),
+            "peak_readings": [p.to_dict() for p in readings],
             "kernel_int8_gmacs": kernel_rate,
             "model_shape": shape.__dict__,
             "floors": floor,

@@ -6,12 +6,12 @@
 #
 #   bash bench/run_studies.sh [STUDY ...]     # default: all of them, in this order
 #
-# Studies: paper branches exactness kernels snapshots swarm serve structured ray
+# Studies: paper branches exactness kernels floor snapshots swarm serve structured ray
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/results
 studies=("$@")
-[[ ${#studies[@]} -gt 0 ]] || studies=(paper branches exactness kernels snapshots swarm serve structured ray)
+[[ ${#studies[@]} -gt 0 ]] || studies=(paper branches exactness kernels floor snapshots swarm serve structured ray)
 
 paper() {
     # The seed paper's shape: a 3501-token document, 2 branches, 16 tokens, both kernel kinds.
@@ -35,6 +35,12 @@ exactness() {
 kernels() {
     # SwarmKV's kernels (patches 0004, 0005, 0008) on and off, phase by phase.
     python bench/kernel_ab.py --branches 2,32,64 --trials 3 -o "$out/kernels/kernel_ab.json"
+}
+
+floor() {
+    # Exact against plain, one step and a prefill at a time, and each phase against the
+    # hardware floor measured in the same run.
+    python bench/exact_floor.py --trials 3 --steps 8 -o "$out/exact-floor/exact_floor.json"
 }
 
 snapshots() {

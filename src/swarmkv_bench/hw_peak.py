@@ -94,6 +94,26 @@ def _read_gbps(threads: int, reps: int) -> float | None:
     return best
 
 
+def best_of(peaks: list[HardwarePeaks]) -> HardwarePeaks:
+    """The largest of each rate over several measurements of one run: on a shared virtual
+    machine the same two vCPUs gave 233 and 445 G int8 multiply-adds/s minutes apart (two
+    cores or two threads of one), and a floor is a lower bound, so the faster reading counts."""
+
+    def top(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    first = peaks[0]
+    return HardwarePeaks(
+        threads=first.threads,
+        int8_isa=first.int8_isa,
+        int8_gmacs=top([p.int8_gmacs for p in peaks]),
+        fma_isa=first.fma_isa,
+        fma_gfmas=top([p.fma_gfmas for p in peaks]),
+        read_gbps=top([p.read_gbps for p in peaks]),
+    )
+
+
 def measure_peaks(threads: int, reps: int = 5) -> HardwarePeaks:
     """The three peak rates on `threads` threads (see the module docstring)."""
     from swarmkv._native import ffi, lib

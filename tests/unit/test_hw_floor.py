@@ -44,3 +44,11 @@ def test_the_floor_is_the_largest_bound_and_missing_peaks_are_left_out() -> None
 def test_a_model_without_a_window_sees_every_cell() -> None:
     flat = ModelShape(**{**SHAPE.__dict__, "window": 0})
     assert flat.seen(3000) == 3000 and SHAPE.seen(3000) == 100 and SHAPE.seen(7) == 7
+
+
+def test_the_best_reading_of_each_rate_counts() -> None:
+    from swarmkv_bench.hw_peak import best_of
+
+    slow = HardwarePeaks(2, "AVX2", 200.0, "AVX2_FMA", 120.0, None)
+    fast = HardwarePeaks(2, "AVX2", 400.0, "AVX2_FMA", 100.0, 60.0)
+    assert best_of([slow, fast]) == HardwarePeaks(2, "AVX2", 400.0, "AVX2_FMA", 120.0, 60.0)
