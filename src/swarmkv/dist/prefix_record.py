@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..serve.prefix_tree import common_run
 
 # eviction goes down to this fraction of the budget, so that it runs once per many inserts
 LOW_WATER = 0.9
@@ -41,15 +42,6 @@ class Run:
     parent: Run | None
     seen: dict[str, int] = field(default_factory=dict)
     children: dict[int, Run] = field(default_factory=dict)
-
-
-def _common(run: list[int], tokens: Sequence[int], start: int) -> int:
-    """How many of run's tokens equal tokens' from tokens[start] on."""
-    n = min(len(run), len(tokens) - start)
-    i = 0
-    while i < n and run[i] == tokens[start + i]:
-        i += 1
-    return i
 
 
 class PrefixRecord:
@@ -76,7 +68,7 @@ class PrefixRecord:
             child = node.children.get(tokens[i])
             if child is None:
                 break
-            k = _common(child.tokens, tokens, i)
+            k = common_run(child.tokens, tokens, i)
             for replica in child.seen:  # deeper runs overwrite: a replica's deepest wins
                 out[replica] = i + k
             if k < len(child.tokens):
@@ -95,7 +87,7 @@ class PrefixRecord:
                 node.children[tokens[i]] = child
                 self._mark(child, replica, now)
                 break
-            k = _common(child.tokens, tokens, i)
+            k = common_run(child.tokens, tokens, i)
             if k < len(child.tokens):
                 child = self._split(child, k)
             self._mark(child, replica, now)

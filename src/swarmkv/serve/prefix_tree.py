@@ -51,7 +51,7 @@ class Match:
     holders: frozenset[int]
 
 
-def _common(a: Sequence[int], b: Sequence[int], start: int) -> int:
+def common_run(a: Sequence[int], b: Sequence[int], start: int) -> int:
     """How many of a's tokens equal b's from b[start] on."""
     n = min(len(a), len(b) - start)
     i = 0
@@ -91,7 +91,7 @@ class PrefixTree:
             child = self._child(node, scope, want[at])
             if child is None:
                 break
-            k = _common(child.tokens, want, at)
+            k = common_run(child.tokens, want, at)
             at += k
             node = child
             if k < len(child.tokens):
@@ -126,7 +126,7 @@ class PrefixTree:
                 leaf.holders.add(seq)
                 new += len(leaf.tokens)
                 break
-            k = _common(child.tokens, tokens, at)
+            k = common_run(child.tokens, tokens, at)
             if k < len(child.tokens):
                 child = self._split(child, k)
             child.holders.add(seq)
