@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SnapshotMismatchError
-from ..kv.snapshot import KVSnapshot
 from ..kv.file import payload_digest
+from ..kv.snapshot import KVSnapshot
 
 PAYLOAD_VERSION = 1
 

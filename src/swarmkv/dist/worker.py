@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..pipeline.concurrency import ConcurrencyPolicy
-from ..llama.config import FlashAttn
 from ..errors import SwarmKVError
+from ..llama.config import FlashAttn
 from ..llama.model import Model
 from ..llama.models import default_model_path
+from ..pipeline.concurrency import ConcurrencyPolicy
 from ..pipeline.modes import ForkOptions
 from ..pipeline.nodes import BranchNode
 from ..pipeline.results import NodeOutcome, PipelineResult
