@@ -46,7 +46,9 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
         runs = _runs(result, name)
         assert {r["system"] for r in runs} == want and {r["seed"] for r in runs} == {0, 1}
         for r in runs:  # every request answered, its server's counts read
-            assert r["errors"] == 0 and r["requests"] == agents * (3 if name == "multiturn" else 1)
+            errors = [q["error"] for q in r["requests_log"] if q["error"]]
+            assert r["errors"] == 0, (name, r["system"], r["seed"], errors[:3])
+            assert r["requests"] == agents * (3 if name == "multiturn" else 1)
             assert r["prompt_tokens_reused"] > 0 and r["peak_rss_bytes"] > 0
             assert r["command"]["kernels"] == "exact"
         mine = [r for r in runs if r["system"] == "swarmkv"]
