@@ -51,7 +51,6 @@ say() { echo "device_check: [$(date -u +%T)] $*"; }
 bundle() {
     python3 vendor/fetch_llama_cpp.py  # the patched tree, stamped (a no-op when current)
     rm -rf "$DEV" && mkdir -p "$DEV/wheels"
-    grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
     # every file of the tree but what a libllama (+ CPU and CUDA backends) build never reads
     local skip=(docs tools examples tests benches scripts conversion media pocs grammars
         gguf-py common prompts requirements .devops .github)
