@@ -9,10 +9,12 @@ request. SwarmKV's fork does the same with the document on one sequence copied b
 Per trial, per N and kernel family (plain: both as built; exact: llama-batched with
 LLAMA_BATCH_INVARIANT=1 and weights not repacked, SwarmKV's batch-invariant default), the two
 run in an order that rotates, after one warm-up of each: llama-batched on "document + prompt"
-with -np N and -n (prompt tokens + n), its time read from its log (the prompt's evaluation,
-llama_perf's "prompt eval time", plus its generation, "decoded ... in S s"); SwarmKV's fork on
-the same document with N branches of the same prompt and n tokens each (its e2e_ms, context
-creation included). Both greedy-free defaults differ (llama-batched samples with top-k/top-p/
+with -np N and -n (prompt tokens + n), its time read from its log's timestamps: from the line
+it prints once its context exists ("n_predict = ...") to the one after its last token
+("decoded ... in S s"), so the prompt's evaluation and the generation; SwarmKV's fork on
+the same text once (the prompt in its document but for one character, each branch's own) and
+N branches of n tokens each (its e2e_ms, context creation included, which llama-batched's
+span leaves out). Their sampling differs (llama-batched samples with top-k/top-p/
 temperature, SwarmKV is greedy), so only the work is the same: N x n generated tokens after
 one prefill. Reported: each one's e2e ms and tokens/s, and SwarmKV's speed over llama-batched's.
 
@@ -33,13 +35,19 @@ from typing import Any
 import swarmkv as sk
 from swarmkv_bench.metrics import spread
 from swarmkv_bench.provenance import write_result
+from swarmkv_bench.serve_systems import binary_info
 from swarmkv_bench.workload import document
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "build/llama-server/bin/llama-batched"
 PROMPT = "\n\nQuestion: what comes next in the text above?\nAnswer:"
-PROMPT_EVAL = re.compile(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens")
-DECODED = re.compile(r"decoded (\d+) tokens in\s+([\d.]+) s")
+# common's log prefix, minutes.seconds.milliseconds.microseconds since the start: one digit of
+# minutes, because llama-batched ends a stream's line without a newline, so the next stamp
+# follows its last number (a run is stopped before 10 minutes: RUN_LIMIT_S)
+STAMP = r"(\d)\.(\d\d)\.(\d\d\d)\.(\d\d\d) I\s+"
+RUN_LIMIT_S = 590
+CONTEXT_READY = re.compile(STAMP + r"main: n_predict = ")
+DECODED = re.compile(STAMP + r"main: decoded (\d+) tokens in\s+([\d.]+) s")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -68,26 +76,35 @@ def run_batched(args: argparse.Namespace, text: str, n: int, exact: bool) -> dic
         env["LLAMA_BATCH_INVARIANT"] = "1"
     else:
         env.pop("LLAMA_BATCH_INVARIANT", None)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     log = ANSI.sub("", proc.stdout + proc.stderr)
-    prompt, gen = PROMPT_EVAL.search(log), DECODED.search(log)
-    if proc.returncode != 0 or prompt is None or gen is None:
+    ready, gen = CONTEXT_READY.search(log), DECODED.search(log)
+    if proc.returncode != 0 or ready is None or gen is None:
         raise SystemExit(f"llama-batched failed ({proc.returncode}): {log[-2000:]}")
-    e2e = float(prompt[1]) + float(gen[2]) * 1000
+    e2e = _stamp_ms(gen) - _stamp_ms(ready)
     return {
         "e2e_ms": e2e,
-        "prompt_ms": float(prompt[1]),
-        "gen_tokens": int(gen[1]),
-        "tokens_per_s": int(gen[1]) / (e2e / 1000),
+        "prompt_ms": e2e - float(gen[6]) * 1000,
+        "gen_tokens": int(gen[5]),
+        "tokens_per_s": int(gen[5]) / (e2e / 1000),
     }
 
 
+def _stamp_ms(line: re.Match[str]) -> float:
+    """A log line's time since the start, from its prefix, in ms."""
+    minutes, seconds, ms, us = (int(line[i]) for i in range(1, 5))
+    return (minutes * 60 + seconds) * 1000 + ms + us / 1000
+
+
 def run_fork(args: argparse.Namespace, model: sk.Model, doc: str, n: int) -> dict[str, float]:
-    """SwarmKV's fork: the document prefilled once, N branches of the same prompt."""
+    """SwarmKV's fork: document + prompt prefilled once, N branches. llama-batched prefills
+    its one prompt once for all sequences, so the prompt goes into SwarmKV's document too,
+    but for its last character, each branch's own prompt (a branch decodes at least one
+    token of its own): the same text prefilled once, not N times."""
     with sk.Pipeline(model, n_threads=args.threads, exact=args.exact_now) as pipe:
-        pipe.prefill("doc", text=doc)
+        pipe.prefill("doc", text=doc + PROMPT[:-1])
         for i in range(n):
-            pipe.branch(f"b{i}", prompt=PROMPT, n_predict=args.n_predict)
+            pipe.branch(f"b{i}", prompt=PROMPT[-1:], n_predict=args.n_predict)
         r = pipe.run("fork")
     gen = sum(len(b.tokens) for b in r.branches.values())
     return {
@@ -142,6 +159,7 @@ def main() -> int:
             "args": {k: str(v) for k, v in vars(args).items() if k != "tokenize"},
             "trials": trials,
             "table": rows,
+            "peer_binary": binary_info(args.binary),  # its version and build switches
         }
         write_result(args.out, result, args.model)
     return 0

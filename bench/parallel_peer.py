@@ -39,6 +39,7 @@ import numpy as np
 import swarmkv as sk
 from swarmkv_bench.metrics import spread
 from swarmkv_bench.provenance import write_result
+from swarmkv_bench.serve_systems import binary_info
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "vendor/llama.cpp/examples/parallel/parallel.cpp"
@@ -242,6 +243,7 @@ def main() -> int:
             "args": {k: str(v) for k, v in vars(args).items()},
             "trials": trials,
             "table": rows,
+            "peer_binary": binary_info(args.binary),  # its version and build switches
         }
         write_result(args.out, result, args.model)
     return 0

@@ -81,9 +81,22 @@ def _usage(req: Request, usage: Any) -> None:
 
 
 def client_for(v1: str, timeout_s: float = 3600) -> Any:
+    """The official async client without retries (a failure counts), and without keeping
+    connections: llama-server (cpp-httplib) can close one as a streamed answer ends while the
+    pool hands it to the agent's next turn, which then fails before the server sees it (1 to
+    4 of 12 multi-turn requests a run with a pool, none without). A fresh loopback connection
+    per request costs every system the same."""
+    import importlib
+
     import openai
 
-    return openai.AsyncOpenAI(base_url=v1, api_key="bench", max_retries=0, timeout=timeout_s)
+    # httpx, or httpx2 in newer openai releases: Limits from the package its client is built on
+    base = openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
+    limits = importlib.import_module(base).Limits(max_keepalive_connections=0)
+    fresh = openai.DefaultAsyncHttpxClient(limits=limits)
+    return openai.AsyncOpenAI(
+        base_url=v1, api_key="bench", max_retries=0, timeout=timeout_s, http_client=fresh
+    )
 
 
 async def run_load(

@@ -116,15 +116,16 @@ def _value(run: dict[str, Any], key: str) -> float | None:
 
 def add_utilization(runs: Sequence[dict[str, Any]]) -> None:
     """Each run's utilization: its offered tokens/s over the system's capacity, the most
-    tokens/s that system reached on this workload and seed at any rate (a burst, where one
-    was run). Over 1 the system is past capacity, and its latency is the burst's, not its
-    scheduler's."""
-    best: dict[tuple[str, str, int], float] = {}
+    tokens/s that system reached on this workload at any rate and seed (a burst, where one
+    was run: it runs at the first seed only, and a seed moves only arrival times, so it is
+    every seed's capacity). Over 1 the system is past capacity, and its latency is the
+    burst's, not its scheduler's."""
+    best: dict[tuple[str, str], float] = {}
     for r in runs:
-        key = (r["system"], r["kernels"], r["seed"])
+        key = (r["system"], r["kernels"])
         best[key] = max(best.get(key, 0.0), r["tokens_per_s"] or 0.0)
     for r in runs:
-        cap = best[(r["system"], r["kernels"], r["seed"])]
+        cap = best[(r["system"], r["kernels"])]
         offered = r["offered_tokens_per_s"]
         r["capacity_tokens_per_s"] = cap or None
         r["utilization"] = offered / cap if offered is not None and cap else None

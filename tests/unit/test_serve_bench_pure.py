@@ -142,6 +142,15 @@ def test_utilization_is_offered_over_the_most_the_system_reached() -> None:
     assert all(r["capacity_tokens_per_s"] == 50.0 for r in runs)
 
 
+def test_the_burst_of_the_first_seed_is_every_seeds_capacity() -> None:
+    # a burst runs at the first seed only; a later seed's rate must not be its own capacity
+    runs = [_run("swarmkv", 1.0, seed, 16.0, 100, 2) for seed in (0, 1, 2)]
+    runs.append(_run("swarmkv", "burst", 0, 128.0, 900, 8))
+    add_utilization(runs)
+    assert [r["utilization"] for r in runs[:3]] == [10 / 128] * 3  # offered: rate x 10
+    assert all(r["capacity_tokens_per_s"] == 128.0 for r in runs)
+
+
 def _workload(runs: list[dict[str, Any]]) -> dict[str, Any]:
     add_utilization(runs)
     rates = list(dict.fromkeys(r["rate"] for r in runs))
