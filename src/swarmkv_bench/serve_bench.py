@@ -21,12 +21,13 @@ from typing import Any
 
 from .peer_server import find_llama_server
 from .probe_words import PROBE_WORDS
-from .serve_load import run_alone, run_load, warm
+from .serve_load import replica_split, run_alone, run_load, warm, warm_every_engine
 from .serve_stats import add_utilization, run_stats, summarize
 from .serve_systems import (
     KERNELS,
     PEERS,
     RAY_SYSTEM,
+    SWARMKV_SYSTEMS,
     Setup,
     binary_info,
     describe,
@@ -75,8 +76,13 @@ def one_run(
     arrivals = arrival_times(len(work.agents), rate, seed)  # rate inf: a burst
     with open_system(name, setup, work, size) as server:
         v1 = server.base_url + "/v1"
-        asyncio.run(warm(v1, work.heads, warm_copies(name, work)))
+        if name in SWARMKV_SYSTEMS:
+            asyncio.run(warm_every_engine(v1, work.heads))
+        else:
+            asyncio.run(warm(v1, work.heads, warm_copies(name, work)))
         reqs, wall = asyncio.run(run_load(v1, work, arrivals))
+        warmed = max(1, len(work.heads))  # warm-ups each replica finished
+        split = asyncio.run(replica_split(v1, warmed, len(reqs))) if name == RAY_SYSTEM else None
         alone = asyncio.run(run_alone(v1, [r.prompt for r in reqs], work.n_predict))
         rss = peak_rss(server)
         command = describe(name, setup, server)
@@ -88,6 +94,7 @@ def one_run(
         "kernels": setup.kernels,
         **run_stats(reqs, alone, wall, work, rate),
         "peak_rss_bytes": rss,
+        **({"requests_per_replica": split} if split is not None else {}),
         "command": command,
         "requests_log": [r.record() for r in reqs],
     }

@@ -142,6 +142,41 @@ async def run_alone(v1: str, prompts: Sequence[str], n_predict: int) -> list[Req
     return out
 
 
+async def warm_every_engine(v1: str, heads: Sequence[str]) -> list[dict[str, Any]]:
+    """swarmkv's own warm-up (POST /v1/warm): each head prefilled on every engine, a Ray
+    deployment's every replica included (an ordinary request reaches one replica: the router
+    sends a prefix it has seen where it sent it). With no heads, one short prompt. Returns
+    the answers."""
+    client = client_for(v1, 600)
+    out = []
+    try:
+        for text in heads or ["Hello"]:
+            answer = await client.post("/warm", body={"prompt": text}, cast_to=object)
+            out.append(answer)
+    finally:
+        await client.close()
+    return out
+
+
+async def replica_split(v1: str, warmed: int, timed: int, wait_s: float = 15.0) -> list[int]:
+    """Requests each replica of a Ray deployment finished under load (its `warmed` warm-ups
+    left out), in /v1/status's replica order, once the replicas' reports (each lags up to a
+    second) add up to the `timed` requests; RuntimeError if they never do."""
+    client = client_for(v1, 60)
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            status = await client.get("/status", cast_to=object)
+            done = [int(r["finished"]) - warmed for r in status["replicas"]]
+            if sum(done) >= timed:
+                return done
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replicas report {done} requests of {timed}")
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+
+
 async def warm(v1: str, heads: Sequence[str], copies: int) -> None:
     """Each head `copies` times at once (max_tokens 1), before the clock starts: every slot
     of a multi-slot server then holds a head. With no heads (the cold workload) one short

@@ -41,7 +41,8 @@ from .serve_workloads import Workload
 PEERS = {"server-np16-unified": (16, True), "server-np16": (16, False), "server-np1": (1, False)}
 RAY_SYSTEM = "swarmkv-ray2"
 RAY_REPLICAS = 2
-SYSTEMS = ("swarmkv", RAY_SYSTEM, *PEERS)
+SWARMKV_SYSTEMS = ("swarmkv", RAY_SYSTEM)  # warmed through POST /v1/warm
+SYSTEMS = (*SWARMKV_SYSTEMS, *PEERS)
 KERNELS = ("exact", "plain")
 MAX_LIVE = 16
 
@@ -77,7 +78,7 @@ def sizes(work: Workload, model: Any) -> Sizes:
 
 def open_system(name: str, setup: Setup, work: Workload, size: Sizes) -> Any:
     """The system's server, not yet started (a context manager)."""
-    if name in ("swarmkv", RAY_SYSTEM):  # the heads resident, each live request's tokens beside
+    if name in SWARMKV_SYSTEMS:  # the heads resident, each live request's tokens beside
         n_ctx = size.heads + MAX_LIVE * (size.own + work.n_predict) + 1024
         ray = name == RAY_SYSTEM
         threads = max(1, setup.threads // RAY_REPLICAS) if ray else setup.threads
@@ -109,10 +110,9 @@ def peer_config(name: str, setup: Setup, work: Workload, prompt_tokens: int) -> 
 
 
 def warm_copies(name: str, work: Workload) -> int:
-    """How many copies of each head warm the system: enough to put one in every slot (a
-    replica each for swarmkv-ray2, where new prefixes go to the least loaded replica)."""
-    slots = PEERS[name][0] if name in PEERS else (RAY_REPLICAS if name == RAY_SYSTEM else 1)
-    return max(1, math.ceil(slots / max(1, len(work.heads))))
+    """How many copies of each head warm a llama-server peer: enough to put one in every
+    slot (SwarmKV's systems warm every engine through POST /v1/warm instead)."""
+    return max(1, math.ceil(PEERS[name][0] / max(1, len(work.heads))))
 
 
 def describe(name: str, setup: Setup, server: Any) -> dict[str, Any]:

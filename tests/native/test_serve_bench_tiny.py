@@ -119,3 +119,28 @@ def test_overhead_only_writes_the_probe_alone(tiny_model_path: Path, tmp_path: P
     assert (lo, hi) == (medians[0], medians[-1]) and lo <= med <= hi
     assert proc.stdout.count("HTTP overhead within 10 ms") == 3  # each trial, then all
     assert not (tmp_path / "serve.json").exists()
+
+
+def test_serve_bench_warms_every_ray_replica_and_splits_a_burst(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """--ray: swarmkv-ray2 is warmed on both replicas (POST /v1/warm), so a burst computes no
+    head again there, spreads over both, and answers as one server does."""
+    result, _ = _bench(
+        tiny_model_path, tmp_path, "--workloads", "shared", "--agents", "8", "--burst",
+        "--rates", "2", "--trials", "1", "--kernels", "exact", "--peers", "none", "--ray",
+        "--skip-overhead",
+    )  # fmt: skip
+    runs = {(r["system"], r["rate"]): r for r in _runs(result, "shared")}
+    for rate in (2.0, "burst"):
+        one, two = runs["swarmkv", rate], runs["swarmkv-ray2", rate]
+        assert one["errors"] == two["errors"] == 0
+        # the head (200 tokens) was held on every replica: each agent reuses it
+        cached = [q["cached_tokens"] for q in two["requests_log"]]
+        assert min(cached) >= 195, cached
+        split = two["requests_per_replica"]
+        assert len(split) == 2 and sum(split) == 8, split
+        assert "requests_per_replica" not in one
+    assert min(runs["swarmkv-ray2", "burst"]["requests_per_replica"]) >= 2
+    same = [t for t in result["targets"] if t["target"].startswith("answers of swarmkv-ray2")]
+    assert same and all(t["pass"] for t in same), same

@@ -317,3 +317,46 @@ def test_a_killed_replica_fails_only_its_own_requests(
         )
         time.sleep(2 * STATS_PERIOD_S)  # had the stream not been cancelled, it would show now
         assert wait_status(served, lambda s: True)["finished"] == done["finished"] + 1
+
+
+def test_warm_reaches_every_replica_and_a_burst_finds_it_on_both(
+    tiny_model_path: Path, tiny_model: Model
+) -> None:
+    """POST /v1/warm prefills the head on each replica; a burst of agents sharing it then
+    spreads over both, and none of them prefills the head again (a warm-up sent as an ordinary
+    request reaches one replica: the router sends a prefix it has seen where it sent it)."""
+    head = DOC + " The shared head of every agent."
+    with replicas(tiny_model_path) as served:
+        r = httpx.post(served.url + "/v1/warm", json={"prompt": head}, timeout=60)
+        assert r.status_code == 200, r.text
+        n = r.json()["prompt_tokens"]
+        engines = r.json()["engines"]
+        assert [e["engine"] for e in engines] == [0, 1], engines
+        assert all(e == dict(e, cached_tokens=0, computed_tokens=n) for e in engines), engines
+
+        async def burst() -> list[Any]:
+            async with openai.AsyncOpenAI(
+                base_url=served.url + "/v1", api_key="x", max_retries=0
+            ) as ac:
+                return await asyncio.gather(
+                    *(
+                        ac.completions.create(
+                            model="tiny-llama-seed0",
+                            prompt=f"{head} Agent {i} asks:",
+                            max_tokens=24,
+                            temperature=0,
+                        )
+                        for i in range(8)
+                    )
+                )
+
+        cached = []
+        for answer in asyncio.run(burst()):
+            assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+            cached.append(answer.usage.prompt_tokens_details.cached_tokens)
+        # the head's tokens, less the one or two its seam with the question retokenizes
+        assert all(c >= n - 2 for c in cached), (n, cached)
+        status = _settled(served)
+        per_replica = [rep["finished"] for rep in status["replicas"]]
+        # each replica: its warm-up and at least 2 of the 8 (the bound, 4, allows 6 to 2)
+        assert sorted(per_replica)[0] >= 3 and sum(per_replica) == 10, status["replicas"]

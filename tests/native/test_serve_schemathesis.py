@@ -4,7 +4,8 @@ them to the real CLI serving the tiny model. Proven: no answer is a 5xx; every e
 OpenAI's `{"error": {"message", "type", "param", "code"}}` with a documented status; every
 malformed body is rejected; every 200 from a
 completion endpoint is a whole answer (n choices, a stream that ends in `data: [DONE]` with
-no error event); a well-formed body is refused only for a reason the server documents; and
+no error event), and every 200 from /v1/warm fits its documented schema; a well-formed body
+is refused only for a reason the server documents; and
 afterwards the server is healthy and still answers.
 
 The schema is the one the server serves (src/swarmkv/serve/http/openapi.py): every status and
@@ -54,11 +55,13 @@ MAX_TOKENS = 8  # generated max_tokens above this are lowered to it (see `bounde
 MAX_N = 4  # likewise n: the fuzz is about the HTTP layer, not decode throughput
 COMPLETIONS = ("POST", "/v1/completions")
 CHAT = ("POST", "/v1/chat/completions")
+WARM = ("POST", "/v1/warm")
 # Hypothesis examples per operation and generation mode. The GET routes take no parameters,
 # so Hypothesis runs each of them once whatever max_examples says.
 EXAMPLES: dict[tuple[str, str], dict[GenerationMode, int]] = {
     COMPLETIONS: {GenerationMode.POSITIVE: 300, GenerationMode.NEGATIVE: 220},
     CHAT: {GenerationMode.POSITIVE: 300, GenerationMode.NEGATIVE: 220},
+    WARM: {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 60},
 }
 GET_EXAMPLES = 5
 MIN_REQUESTS = 1000
@@ -113,8 +116,10 @@ def openai_error_shape(ctx: CheckContext, response: Any, case: Case) -> None:
 def whole_answer(ctx: CheckContext, response: Any, case: Case) -> None:
     """A 200 from a completion endpoint holds all n choices, each finished; a stream ends in
     `data: [DONE]` and carries no error event."""
-    if response.status_code != 200 or case.method != "POST" or not isinstance(case.body, dict):
+    if response.status_code != 200 or not isinstance(case.body, dict):
         return
+    if (case.method.upper(), case.path) not in (COMPLETIONS, CHAT):
+        return  # /v1/warm's answer: its schema (response_schema_conformance)
     n = case.body.get("n", 1)  # an integer, as JSON Schema has it (2 or 2.0)
     assert not isinstance(n, bool) and float(n).is_integer(), f"answered n={n!r}: {case.body}"
     n = int(n)
@@ -328,7 +333,7 @@ def test_every_documented_operation_survives_generated_requests(
     fuzz = Fuzz(served, model_id, tiny_model.n_vocab, ledger, tmp_path / "requests.txt")
     operations = [r.ok() for r in schema.get_all_operations()]
     labels = {(op.method.upper(), op.path) for op in operations}
-    assert {COMPLETIONS, CHAT, ("GET", "/v1/models"), ("GET", "/health")} <= labels, labels
+    assert {COMPLETIONS, CHAT, WARM, ("GET", "/v1/models"), ("GET", "/health")} <= labels, labels
     for op in operations:
         modes = EXAMPLES.get((op.method.upper(), op.path), {GenerationMode.POSITIVE: GET_EXAMPLES})
         for mode, count in modes.items():
@@ -361,7 +366,7 @@ def test_the_fuzz_sent_enough_and_reached_the_engine(ledger: Ledger) -> None:
         print(f"{count:5d} well-formed but refused: {reason}")
     assert ledger.sent >= MIN_REQUESTS, f"only {ledger.sent} requests sent: {ledger.by_status}"
     assert not any(s >= 500 for s in ledger.by_status), ledger.by_status
-    for op in (COMPLETIONS, CHAT):
+    for op in (COMPLETIONS, CHAT, WARM):
         label = " ".join(op)
         sent, ok = ledger.positive_sent.get(label, 0), ledger.positive_ok.get(label, 0)
         assert ok >= sent // 2, f"{label}: only {ok} of {sent} well-formed requests answered"

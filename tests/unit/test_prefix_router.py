@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from swarmkv.cli.app import main
 from swarmkv.dist.affinity import AffinityConfig, choose
+from swarmkv.dist.claims import Claims
 from swarmkv.dist.prefix_record import PrefixRecord
 from swarmkv.errors import ConfigError
 
@@ -170,3 +171,37 @@ def test_ray_flags_are_checked_before_anything_starts(
     code = main(["serve", "-m", "/nonexistent/model.gguf", *flags])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_claims_count_until_placed_or_lapsed() -> None:
+    claims = Claims(ttl_s=10.0)
+    claims.claim("q1", "a", now=0.0)
+    claims.claim("q2", "a", now=1.0)
+    claims.claim("q3", "b", now=2.0)
+    assert claims.counts(now=3.0) == {"a": 2, "b": 1}
+    claims.placed("q1")  # Serve's own count has it now
+    claims.claim("q2", "b", now=4.0)  # chosen again (its first replica was full): moves
+    assert claims.counts(now=5.0) == {"b": 2}
+    claims.placed("never-claimed")  # a call Serve placed without a claim: nothing happens
+    assert claims.counts(now=12.5) == {"b": 1}  # q3 (at 2.0) lapsed; q2 (at 4.0) not yet
+    claims.drop_replica("b")
+    assert claims.counts(now=12.5) == {}
+
+
+def test_a_burst_on_a_shared_head_spreads_over_the_replicas_that_hold_it() -> None:
+    """Serve's queue lengths read 0 for every choice of a burst (none is sent yet): the claims
+    make each choice see the ones before it, so the burst alternates instead of piling up."""
+    rec, claims = PrefixRecord(10_000), Claims()
+    for r in ("a", "b"):
+        rec.insert(r, HEAD)  # both warmed
+    picks = []
+    for i in range(8):
+        tokens = [*HEAD, 1000 + i]
+        loads = {"a": 0, "b": 0}
+        for r, n in claims.counts(now=0.0).items():
+            loads[r] += n
+        pick = choose(loads, rec.match(tokens), rec.sizes, CFG)[0]
+        rec.insert(pick, tokens)
+        claims.claim(f"q{i}", pick, now=0.0)
+        picks.append(pick)
+    assert picks.count("a") == picks.count("b") == 4, picks

@@ -48,7 +48,9 @@ Batch = list[tuple[int, Event]]
 @dataclass(frozen=True)
 class EngineCall:
     """One request as a replica receives it: its prompt as token ids (the router reads them;
-    the replica never tokenizes), and one sampler per choice; the rest as in Job."""
+    the replica never tokenizes), and one sampler per choice; the rest as in Job. replica:
+    None, or the index (in id order) of the replica the router must send it to (a warm-up
+    that reaches every replica: serve.http.warm)."""
 
     tokens: tuple[int, ...]
     max_tokens: int
@@ -57,14 +59,22 @@ class EngineCall:
     scope: str | None = ""
     priority: int = 0
     top_logprobs: int | None = None
+    replica: int | None = None
 
     @classmethod
-    def of(cls, jobs: Sequence[Job]) -> EngineCall:
+    def of(cls, jobs: Sequence[Job], replica: int | None = None) -> EngineCall:
         """The call of a request's jobs (its choices share everything but the sampler)."""
         j = jobs[0]
         samplers = tuple(job.sampler for job in jobs)
         return cls(
-            tuple(j.tokens), j.max_tokens, samplers, j.stop, j.scope, j.priority, j.top_logprobs
+            tuple(j.tokens),
+            j.max_tokens,
+            samplers,
+            j.stop,
+            j.scope,
+            j.priority,
+            j.top_logprobs,
+            replica,
         )
 
 

@@ -56,7 +56,18 @@ SUMMED = (
     "finished",
     "evictions",
 )
-PER_REPLICA = ("replica", "host", "pid", "live", "queued", "pinned", "cells_used", "finished")
+PER_REPLICA = (
+    "replica",
+    "host",
+    "pid",
+    "live",
+    "queued",
+    "pinned",
+    "cells_used",
+    "finished",
+    "prompt_tokens_computed",
+    "prompt_tokens_reused",
+)
 
 
 class ReplicaBackend:
@@ -70,8 +81,10 @@ class ReplicaBackend:
         handle: Any,
         n_ctx: int,
         stats: Callable[[], list[dict[str, Any]]],
+        replicas: int = 1,
     ) -> None:
         self.model = model
+        self._replicas = replicas
         self.config = config
         self._handle = handle.options(stream=True)
         self._n_ctx = n_ctx
@@ -88,6 +101,12 @@ class ReplicaBackend:
         return self._n_ctx
 
     @property
+    def engines(self) -> int:
+        """The replicas deployed (a call for engine i goes to the i-th live one in id order:
+        prefix_router.pinned_replica)."""
+        return self._replicas
+
+    @property
     def draining(self) -> bool:
         return self._draining
 
@@ -101,16 +120,19 @@ class ReplicaBackend:
     def prepare_constraint(self, constraint: Constraint) -> None:
         prepare_constraint(self.model, constraint)
 
-    def submit_all(self, jobs: Sequence[Job]) -> None:
-        """Send a request's jobs to one replica. Refused here as a Runtime refuses what can
-        never fit (any replica's context is as large) and everything while shutting down;
-        what only a replica knows (its queue is full) comes as each job's error event."""
+    def submit_all(self, jobs: Sequence[Job], engine: int | None = None) -> None:
+        """Send a request's jobs to one replica (the router's pick, or the engine-th). Refused
+        here as a Runtime refuses what can never fit (any replica's context is as large) and
+        everything while shutting down; what only a replica knows (its queue is full) comes
+        as each job's error event."""
+        if engine is not None and not 0 <= engine < self._replicas:
+            raise ConfigError(f"engine {engine} asked of {self._replicas} replicas")
         for job in jobs:
             check_fits(job, self._n_ctx)
         if self._draining:
             raise ClosedError("the server is shutting down")
         jobs = list(jobs)
-        task = asyncio.get_running_loop().create_task(self._pump(EngineCall.of(jobs), jobs))
+        task = asyncio.get_running_loop().create_task(self._pump(EngineCall.of(jobs, engine), jobs))
         for job in jobs:
             self._calls[job] = task
 
@@ -206,7 +228,9 @@ class Ingress:
             request_id_header=False,  # Serve's proxy sends it, with the id it gave this app
         )
         stats = partial(replica_stats, opts.engine)
-        self.backend = ReplicaBackend(self.model, self.config, self.engine, info["n_ctx"], stats)
+        self.backend = ReplicaBackend(
+            self.model, self.config, self.engine, info["n_ctx"], stats, opts.replicas
+        )
         return create_app(self.backend, settings)
 
     def __del__(self) -> None:

@@ -28,6 +28,7 @@ class IngressOptions:
     api_keys: tuple[str, ...] = ()
     prefix_scope: str = "global"
     max_body_bytes: int = 8 << 20
+    replicas: int = 1  # the engine replicas deployed (ReplicaSettings.replicas: build_app)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,8 @@ def build_app(settings: ReplicaSettings, snapshot_refs: list[Any]) -> Any:
         logging_config=logs,
     )
     model_path = s.ingress.model_path
-    return ingress.bind(engine.bind(model_path, config, snapshot_refs), config, s.ingress)
+    options = replace(s.ingress, replicas=s.replicas)
+    return ingress.bind(engine.bind(model_path, config, snapshot_refs), config, options)
 
 
 class ServedReplicas:

@@ -10,9 +10,11 @@ same code over either, so the two serve the same routes with the same shapes and
 | model              | read only: token pieces for logprobs, echo's text                   |
 | config             | the engines' settings (`exact` for /v1/models)                      |
 | n_ctx              | KV cells of one engine's context: a request must fit in it          |
+| engines            | how many engines serve (Ray replicas; 1 for a Runtime)              |
 | tokenize_prompt    | text or token ids to the ids an engine continues                    |
 | prepare_constraint | ConfigError unless a structured-output constraint applies           |
-| submit_all         | queue a request's choices (one Job each), all or none; raises its refusal |
+| submit_all         | queue a request's choices (one Job each), all or none; raises its refusal; |
+|                    | `engine` (0 .. engines-1) sends them to that engine, not the router's pick |
 | cancel             | cancel a job (its client went away, or a sibling failed)            |
 | status             | the counters of /metrics, /health and the status page               |
 | draining           | whether new requests are refused (shutting down)                    |
@@ -40,13 +42,16 @@ class Backend(Protocol):
     def n_ctx(self) -> int: ...
 
     @property
+    def engines(self) -> int: ...
+
+    @property
     def draining(self) -> bool: ...
 
     def tokenize_prompt(self, prompt: str | Sequence[int]) -> list[int]: ...
 
     def prepare_constraint(self, constraint: Constraint) -> None: ...
 
-    def submit_all(self, jobs: Sequence[Job]) -> None: ...
+    def submit_all(self, jobs: Sequence[Job], engine: int | None = None) -> None: ...
 
     def cancel(self, job: Job) -> None: ...
 

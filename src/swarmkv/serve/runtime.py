@@ -177,9 +177,11 @@ class Runtime:
             self.queue.append(job)
             self.cond.notify_all()
 
-    def submit_all(self, jobs: Sequence[Job]) -> None:
+    def submit_all(self, jobs: Sequence[Job], engine: int | None = None) -> None:
         """Queue a request's jobs (its choices) as submit does, all or none: one refused
-        cancels those queued before it, then raises."""
+        cancels those queued before it, then raises. engine: None or 0 (the only one)."""
+        if engine not in (None, 0):
+            raise ConfigError(f"engine {engine} asked of a server with one engine")
         queued: list[Job] = []
         try:
             for job in jobs:
@@ -406,6 +408,11 @@ class Runtime:
     def n_ctx(self) -> int:
         """KV cells in the context, shared by every request."""
         return self.ctx.n_ctx
+
+    @property
+    def engines(self) -> int:
+        """One engine: this process's."""
+        return 1
 
     @property
     def draining(self) -> bool:

@@ -4,6 +4,7 @@
 |-----------------------------|---------------------------------------------------------|
 | POST /v1/completions        | text completion (string or token-id prompt)             |
 | POST /v1/chat/completions   | chat, rendered by llama.cpp's chat template             |
+| POST /v1/warm               | a prompt prefilled on every engine (warm.py)            |
 | GET /v1/models              | the one model, with its chat template and fingerprint   |
 | GET /health                 | 200 while serving, 503 while shutting down (no key)     |
 | GET /metrics                | Prometheus text                                         |
@@ -18,6 +19,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -36,8 +38,9 @@ from . import openapi
 from .complete import CHAT, COMPLETION, DEFAULT_CHAT_MAX_TOKENS, DEFAULT_MAX_TOKENS, Call, Kind
 from .errors import APIError, api_error
 from .metrics import Metrics
-from .schemas import ChatRequest, CompletionRequest
+from .schemas import ChatRequest, CompletionRequest, WarmRequest
 from .structured import constraint_of, refused
+from .warm import warm_every_engine
 
 log = logging.getLogger("swarmkv.serve.http")
 
@@ -179,6 +182,23 @@ def create_app(runtime: Backend, settings: Settings) -> Gate:
         # reserves its generation room, so "the rest of the context" would run them one by one)
         limit = max(1, min(DEFAULT_CHAT_MAX_TOKENS, runtime.n_ctx - len(tokens)))
         return await _run(call, max_tokens or limit, scope, request, "messages")
+
+    @app.post("/v1/warm", response_model=openapi.WarmAnswer, responses=openapi.WARM)
+    async def warm(body: WarmRequest, scope: str | None = Depends(auth)) -> dict[str, Any]:
+        _check_model(settings, body.model)
+        tokens = _tokens(runtime, body.prompt, "prompt")
+        t0 = time.perf_counter()
+        try:
+            engines = await warm_every_engine(runtime, tokens, scope)
+        except SwarmKVError as exc:
+            raise api_error(exc, "prompt") from exc
+        return {
+            "object": "warm",
+            "model": settings.model_id,
+            "prompt_tokens": len(tokens),
+            "ms": round((time.perf_counter() - t0) * 1e3, 1),
+            "engines": engines,
+        }
 
     @app.get("/v1/models", responses=openapi.GUARDED)
     async def models(_: str | None = Depends(auth)) -> dict[str, Any]:

@@ -5,7 +5,7 @@ comes back; clients and fuzzers (schemathesis) read this schema, so it must not 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -23,6 +23,22 @@ class ErrorBody(BaseModel):
     """OpenAI's error object, the body of every 4xx and 5xx answer."""
 
     error: ErrorInfo
+
+
+class WarmedEngine(BaseModel):
+    engine: int
+    cached_tokens: int  # of the prompt, already held by this engine
+    computed_tokens: int  # prefilled now (the last token always: its logits)
+
+
+class WarmAnswer(BaseModel):
+    """POST /v1/warm's answer: the prompt's size and what each engine did with it."""
+
+    object: Literal["warm"]
+    model: str
+    prompt_tokens: int
+    ms: float
+    engines: list[WarmedEngine]
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -50,6 +66,13 @@ COMPLETION: dict[int | str, dict[str, Any]] = {
     413: _error("the body exceeds the server's limit (--max-body)"),
     429: _error("the queue is full; retry after the Retry-After header's seconds"),
     503: _error("the server is shutting down"),
+    **GUARDED,
+}
+WARM: dict[int | str, dict[str, Any]] = {
+    400: _error("malformed JSON, a wrong type or value, an unknown model, a prompt too long"),
+    413: _error("the body exceeds the server's limit (--max-body)"),
+    429: _error("an engine's queue is full; retry after the Retry-After header's seconds"),
+    503: _error("the server is shutting down, or a replica failed"),
     **GUARDED,
 }
 METRICS: dict[int | str, dict[str, Any]] = {

@@ -116,3 +116,10 @@ class ChatRequest(Sampling):
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
+
+
+class WarmRequest(Body):
+    """POST /v1/warm (SwarmKV's own): a prompt to prefill on every engine (serve.http.warm)."""
+
+    model: str | None = None
+    prompt: str | Annotated[list[TokenId], Field(min_length=1)]
