@@ -127,7 +127,9 @@ def check(text: str, root: Path) -> list[str]:
             problems.append(f"{m.group(0)}: {exc}")
             continue
         before = text[: m.start()].rstrip("*")
-        if not before.endswith(want):
+        # the whole figure: "1/8" must not pass for "2/1/8", nor "0.9" for "10.9"
+        whole = before.endswith(want) and not _joins(before[: len(before) - len(want)])
+        if not whole:
             got = before[-len(want) - 12 :].splitlines()[-1:] or [""]
             problems.append(f"{file}#{path}: the page says ...{got[0]!r}, the file {want!r}")
             continue
@@ -148,6 +150,13 @@ _WRITTEN = {
 }
 
 
+def _words(body: str, want: str) -> re.Match[str] | None:
+    """A text figure (format s: "8/8", ">= 0.9") as written before its comment: as many
+    words as its new text has."""
+    n = max(1, len(want.split()))
+    return re.search(r"\S+" + r"\s+\S+" * (n - 1) + "$", body)
+
+
 def refresh(text: str, root: Path) -> str:
     """text with every annotated figure rewritten to what its file holds now (after a study
     is run again). Only the figures change: the prose around them is the author's to read
@@ -159,12 +168,18 @@ def refresh(text: str, root: Path) -> str:
         head = text[last : m.start()]
         stars = len(head) - len(head.rstrip("*"))
         body = head[: len(head) - stars]
-        old = _WRITTEN[kind].search(body)
+        old = _WRITTEN[kind].search(body) if fmt != "s" else _words(body, want)
         if old is None:
             raise FigureError(f"{file}#{path}: no figure before its comment")
         out += [body[: old.start()], want, head[len(head) - stars :], m.group(0)]
         last = m.end()
     return "".join(out) + text[last:]
+
+
+def _joins(prefix: str) -> bool:
+    """Whether the text before a figure runs into it (its last character would be part of a
+    longer figure: a digit, a slash, a point, a sign)."""
+    return bool(prefix) and prefix[-1] in "0123456789/.-+,%"
 
 
 def _blank_code(text: str) -> str:

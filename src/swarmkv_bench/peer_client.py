@@ -117,6 +117,22 @@ class PeerClient:
         finally:
             conn.close()
 
+    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST body as JSON to path; the answer's JSON, or PeerRequestError naming the
+        status and the server's message."""
+        conn = self._connection()
+        try:
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise PeerRequestError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise PeerRequestError(f"POST {path}: {resp.status} {raw[:300]!r}")
+        return json.loads(raw)
+
     def stream_completion(self, payload: Mapping[str, Any], run: BranchRun) -> None:
         """POST /completion with stream on; fills `run` with event times, ids and timings.
 

@@ -27,6 +27,7 @@ from .serve_systems import (
     KERNELS,
     PEERS,
     RAY_SYSTEM,
+    RESTORED,
     SWARMKV_SYSTEMS,
     Setup,
     binary_info,
@@ -38,6 +39,7 @@ from .serve_systems import (
 )
 from .serve_targets import targets
 from .serve_workloads import WORKLOADS, Shapes, Workload, arrival_times, build
+from .slot_restore import slot_dir_of, warm_by_restore
 
 log = logging.getLogger("swarmkv.bench")
 
@@ -78,6 +80,9 @@ def one_run(
         v1 = server.base_url + "/v1"
         if name in SWARMKV_SYSTEMS:
             asyncio.run(warm_every_engine(v1, work.heads))
+        elif name in RESTORED and work.heads:
+            slot_dir = slot_dir_of(server.config.extra_args)
+            warm_by_restore(server.base_url, work.heads, PEERS[name][0], slot_dir)
         else:
             asyncio.run(warm(v1, work.heads, warm_copies(name, work)))
         reqs, wall = asyncio.run(run_load(v1, work, arrivals))

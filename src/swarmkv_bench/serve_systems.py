@@ -1,13 +1,16 @@
 """The systems `swarmkv bench --serve` drives, each a fresh process on 127.0.0.1 per run:
 `swarmkv serve` and llama-server peers, in either kernel family.
 
-| system              | llama-server flags           | warmed with                  |
-|---------------------|------------------------------|------------------------------|
-| swarmkv             | (`swarmkv serve --max-live 16`) | each head once            |
-| server-np1          | -np 1, its prompt cache      | each head once               |
-| server-np16-unified | -np 16 --kv-unified          | 16 copies of the heads at once |
-| server-np16         | -np 16, a KV cache per slot  | 16 copies of the heads at once |
-| swarmkv-ray2        | (`swarmkv serve --ray-replicas 2`, the threads split) | each head twice |
+| system              | llama-server flags            | warmed with                      |
+|---------------------|-------------------------------|----------------------------------|
+| swarmkv             | (`swarmkv serve --max-live 16`) | POST /v1/warm, each head       |
+| server-np1          | -np 1, its prompt cache       | each head once                   |
+| server-np16-unified | -np 16 --kv-unified           | 16 copies of the heads at once   |
+| server-np16         | -np 16, a KV cache per slot   | 16 copies of the heads at once   |
+| server-np16-restore | -np 16, a KV cache per slot,  | each head prefilled once, saved, |
+|                     | --slot-save-path              | restored into the other slots    |
+| swarmkv-ray2        | (`swarmkv serve --ray-replicas 2`, the threads split)            |
+|                     |                               | POST /v1/warm: on both replicas  |
 
 swarmkv-ray2 (`--ray`) is SwarmKV on two Ray Serve replicas on the same cores, routed by
 prefix affinity: measured against one `swarmkv serve`, not as a peer.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +40,16 @@ from .peer_server import (
 )
 from .serve_process import ServeProcess
 from .serve_workloads import Workload
+from .slot_restore import SAVE_FLAG
 
 # name: (slots, one KV buffer for all slots)
-PEERS = {"server-np16-unified": (16, True), "server-np16": (16, False), "server-np1": (1, False)}
+PEERS = {
+    "server-np16-unified": (16, True),
+    "server-np16": (16, False),
+    "server-np16-restore": (16, False),
+    "server-np1": (1, False),
+}
+RESTORED = ("server-np16-restore",)  # warmed from saved slots (slot_restore.py)
 RAY_SYSTEM = "swarmkv-ray2"
 RAY_REPLICAS = 2
 SWARMKV_SYSTEMS = ("swarmkv", RAY_SYSTEM)  # warmed through POST /v1/warm
@@ -96,6 +107,9 @@ def peer_config(name: str, setup: Setup, work: Workload, prompt_tokens: int) -> 
     """The peer's llama-server configuration at its best: every slot holds the longest prompt
     and its answer, flash attention, the full sliding window (like SwarmKV)."""
     n_parallel, unified = PEERS[name]
+    extra: tuple[str, ...] = ()
+    if name in RESTORED:  # a fresh folder per server: slot_restore deletes it once restored
+        extra = (SAVE_FLAG, tempfile.mkdtemp(prefix="swarmkv-slots-"))
     return ServerConfig(
         setup.model,
         size_n_ctx(prompt_tokens, work.n_predict, n_parallel, kv_unified=unified),
@@ -105,6 +119,7 @@ def peer_config(name: str, setup: Setup, work: Workload, prompt_tokens: int) -> 
         unified,
         swa_full=True,
         flash_attn="on",
+        extra_args=extra,
         batch_invariant=setup.kernels == "exact",
     )
 

@@ -40,7 +40,9 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
     )  # fmt: skip
     assert result["provenance"]["command"].startswith("swarmkv bench --serve")
     want = {"swarmkv"} | (
-        {"server-np1", "server-np16", "server-np16-unified"} if peers == "all" else set()
+        {"server-np1", "server-np16", "server-np16-unified", "server-np16-restore"}
+        if peers == "all"
+        else set()
     )
     for name, agents in (("shared", 4), ("multiturn", 3)):
         runs = _runs(result, name)
@@ -53,6 +55,9 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
             assert r["command"]["kernels"] == "exact"
         mine = [r for r in runs if r["system"] == "swarmkv"]
         assert all(r["identical_to_alone"] == r["compared"] == r["requests"] for r in mine)
+    # every slot of the restored peer held the head (200 tokens) when the clock started
+    restored = [r for r in _runs(result, "shared") if r["system"] == "server-np16-restore"]
+    assert all(q["cached_tokens"] >= 195 for r in restored for q in r["requests_log"])
     turns = [q for r in _runs(result, "multiturn") for q in r["requests_log"] if q["turn"] == 2]
     assert turns and all(q["cached_tokens"] > 200 for q in turns)  # its history, reused
     if peers == "all":

@@ -90,3 +90,21 @@ def test_refresh_rewrites_each_figure_to_what_its_file_now_holds(tmp_path: Path)
 
     figures._load.cache_clear()
     assert "3.0<!--fig" in refresh(new, tmp_path) and "25%<!--fig" in refresh(new, tmp_path)
+
+
+def test_text_figures_are_refreshed_whole_and_checked_whole(tmp_path: Path) -> None:
+    """A text figure ("8/8", ">= 0.9") is rewritten as a whole, and a page whose text only
+    ends like the file's value ("2/1/8" for "1/8") fails the check."""
+    from swarmkv_bench import figures
+    from swarmkv_bench.figures import check, refresh
+
+    (tmp_path / "t.json").write_text(json.dumps({"same": "2/8", "goal": ">= 0.9"}))
+    page = "| 2/8<!--fig t.json#same s--> | >= 0.9<!--fig t.json#goal s--> |"
+    assert check(page, tmp_path) == []
+    (tmp_path / "t.json").write_text(json.dumps({"same": "1/8", "goal": ">= 1.5"}))
+    figures._load.cache_clear()
+    new = refresh(page, tmp_path)
+    assert new == "| 1/8<!--fig t.json#same s--> | >= 1.5<!--fig t.json#goal s--> |"
+    assert check(new, tmp_path) == []
+    wrong = "| 2/1/8<!--fig t.json#same s--> | >= 1.5<!--fig t.json#goal s--> |"
+    assert len(check(wrong, tmp_path)) == 1

@@ -242,3 +242,16 @@ def test_a_burst_runs_once_whatever_the_seeds(monkeypatch: pytest.MonkeyPatch) -
     assert [c for c in calls if c[1] == math.inf] == [
         ("swarmkv", math.inf, 0), ("swarmkv-ray2", math.inf, 0)
     ]  # fmt: skip
+
+
+def test_the_restored_peer_saves_each_head_once_and_restores_the_rest() -> None:
+    from swarmkv_bench.slot_restore import plan, slot_dir_of
+
+    assert plan(1, 4) == [(1, 0), (2, 0), (3, 0)]
+    assert plan(2, 5) == [(2, 0), (3, 1), (4, 0)]  # round robin: heads 0,1 own slots 0,1
+    assert plan(3, 3) == []
+    with pytest.raises(ValueError, match="cannot each have a slot"):
+        plan(5, 4)
+    assert slot_dir_of(["-x", "--slot-save-path", "/tmp/s"]) == Path("/tmp/s")
+    with pytest.raises(ValueError, match="no --slot-save-path"):
+        slot_dir_of(["--slot-save-path"])
