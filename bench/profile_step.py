@@ -19,6 +19,7 @@ threads spin at barriers, and any other load distorts every number here.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections.abc import Callable
@@ -37,13 +38,26 @@ from swarmkv_bench.workload import document
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# A profiled phase runs until perf has this much of it (at 2000 samples/s a thread: enough
+# that an op with a few percent of the time is never missed by chance), within MAX_PROFILED
+# times the timed runs (the context's room for them).
+MIN_PROFILED_MS = 400.0
+MAX_PROFILED = 8
+
+
 class Measure:
-    """Times a phase (median of `steps` runs after a warm-up), then profiles as many runs."""
+    """Times a phase (median of `steps` runs after a warm-up), then profiles it for at least
+    MIN_PROFILED_MS (at most MAX_PROFILED x steps runs)."""
 
     def __init__(self, steps: int, use_perf: bool, build_dir: Path) -> None:
         self.steps = steps
         self.use_perf = use_perf
         self.build_dir = build_dir
+
+    def profiled_runs(self, steps: int, ms_median: float) -> int:
+        """How many runs to profile: the timed runs, more where they are short."""
+        wanted = math.ceil(MIN_PROFILED_MS / max(ms_median, 1e-3))
+        return min(MAX_PROFILED * steps, max(steps, wanted))
 
     def __call__(self, name: str, run: Callable[[], float], steps: int = 0) -> dict[str, Any]:
         steps = steps or self.steps
@@ -57,8 +71,9 @@ class Measure:
             "runs": steps,
         }
         if self.use_perf:
+            out["profiled_runs"] = self.profiled_runs(steps, out["ms_median"])
             with profile(self.build_dir) as prof:
-                for _ in range(steps):
+                for _ in range(out["profiled_runs"]):
                     run()
             out["ops"] = op_table(prof.rows, out["ms_median"])
             out["top_symbols"] = prof.top_symbols(12)
@@ -88,7 +103,10 @@ def main() -> int:
     with sk.Model(sk.default_model_path(), repack=not args.exact) as model:
         tokens = model.tokenize(document(model, args.doc_tokens))
         switches = parse_switch_assignments(args.switch)
-        ctx = open_context(model, len(tokens), counts[-1], args.steps, args.exact, switches)
+        room = 0 if args.no_perf else MAX_PROFILED * args.steps
+        ctx = open_context(
+            model, len(tokens), counts[-1], args.steps, args.exact, switches, profiled_runs=room
+        )
         kernel_switches = ctx.kernel_switches()
         with ctx, Batch(max(ctx.n_batch, counts[-1]), 1) as batch:
             phases = run_phases(ctx, batch, tokens, counts, measure, args.prefill_runs)

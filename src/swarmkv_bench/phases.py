@@ -18,11 +18,17 @@ from swarmkv.llama.kernel_switches import Switches
 
 
 def open_context(
-    model: sk.Model, n_doc: int, n: int, steps: int, exact: bool, switches: Switches = ()
+    model: sk.Model,
+    n_doc: int,
+    n: int,
+    steps: int,
+    exact: bool,
+    switches: Switches = (),
+    profiled_runs: int = 0,
 ) -> Context:
-    """A unified-KV context with room for the document and n branches of 2*steps tokens (each
-    step phase is a warm-up plus `steps` runs, twice when profiled)."""
-    n_ctx = n_doc + n * (2 * steps + 8) + 256
+    """A unified-KV context with room for the document and n branches of steps + 1 tokens per
+    step phase (a warm-up and `steps` timed runs), and `profiled_runs` more when profiled."""
+    n_ctx = n_doc + n * (2 * steps + profiled_runs + 8) + 256
     cfg = ContextConfig(
         n_ctx=n_ctx,
         n_seq_max=n + 1,

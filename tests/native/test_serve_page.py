@@ -133,6 +133,18 @@ def assert_real_render(png: Path) -> None:
     assert background < 0.99 * 1200 * 900, "the page drew almost nothing"
 
 
+def steady_status(served: Served, key: str | None, wait_s: float = 2.0) -> dict[str, Any]:
+    """/v1/status with MAX_LIVE live, read again for up to wait_s: a stream that has just
+    ended leaves its place empty until the engine's next step admits a waiting one, and a
+    reading can fall in between (CI caught one: live 1, queued 3)."""
+    deadline = time.monotonic() + wait_s
+    status = served.status(key)
+    while status["live"] != MAX_LIVE and status["queued"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+        status = served.status(key)
+    return status
+
+
 def page_run(
     chromium: str, served: Served, tmp: Path, key: str | None
 ) -> tuple[str, Path, dict[str, Any]]:
@@ -147,7 +159,7 @@ def page_run(
     with running_streams(served, key) as before:
         dom = browse(chromium, url, tmp, "--dump-dom").stdout
         browse(chromium, url, tmp, f"--screenshot={png}", "--window-size=1200,900")
-        after = served.status(key)
+        after = steady_status(served, key)
     for st in (before, after):
         assert st["live"] == MAX_LIVE and st["queued"] >= 1, (before, after)
     both = {k: (before[k], after[k]) for k in ("queued", "finished")}
