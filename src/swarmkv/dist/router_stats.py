@@ -26,3 +26,10 @@ def replica_stats(deployment: str) -> list[dict[str, Any]]:
         return []
     replicas = list(router.curr_replicas.values())
     return [dict(r.routing_stats) for r in replicas if r.routing_stats]
+
+
+def replica_count(deployment: str) -> int:
+    """How many replicas of deployment this process's router routes to now (0 before it
+    exists)."""
+    router = _ROUTERS.get(deployment)
+    return 0 if router is None else len(router.curr_replicas)

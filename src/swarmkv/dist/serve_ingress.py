@@ -35,7 +35,7 @@ from ..serve.http.boot import chat_template, fingerprint
 from ..serve.job import DoneEvent, ErrorEvent, Job
 from ..serve.prompt import check_fits, prepare_constraint, prompt_tokenizer, tokenize_prompt
 from ..serve.runtime import ServeConfig
-from .router_stats import replica_stats
+from .router_stats import replica_count, replica_stats
 from .serve_engine import EngineCall
 from .serve_options import IngressOptions
 
@@ -227,6 +227,7 @@ class Ingress:
             max_body_bytes=opts.max_body_bytes,
             request_id_header=False,  # Serve's proxy sends it, with the id it gave this app
         )
+        await _all_replicas_routed(opts.engine, opts.replicas)
         stats = partial(replica_stats, opts.engine)
         self.backend = ReplicaBackend(
             self.model, self.config, self.engine, info["n_ctx"], stats, opts.replicas
@@ -236,3 +237,15 @@ class Ingress:
     def __del__(self) -> None:
         if self.backend is not None:
             self.backend.stop_accepting()
+
+
+async def _all_replicas_routed(deployment: str, replicas: int, timeout_s: float = 60.0) -> None:
+    """Wait until this process's router knows every engine replica (Serve tells it of them
+    one by one after start): until then a call for engine i (a warm-up) would go to another
+    replica. Logs and goes on after timeout_s (the route serves with those it knows)."""
+    deadline = time.monotonic() + timeout_s
+    while replica_count(deployment) < replicas:
+        if time.monotonic() > deadline:
+            log.warning("the router knows %d of %d replicas", replica_count(deployment), replicas)
+            return
+        await asyncio.sleep(0.05)
