@@ -26,6 +26,8 @@ import math
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,16 +102,35 @@ def open_system(name: str, setup: Setup, work: Workload, size: Sizes) -> Any:
         return ServeProcess(args, start_timeout_s=600.0)
     if setup.llama_server is None:
         raise RuntimeError(f"{name} needs llama-server (bench/build_llama_server.sh)")
+    if name in RESTORED:
+        return _with_slot_folder(setup.llama_server, name, setup, work, size.prompt)
     return LlamaServer(setup.llama_server, peer_config(name, setup, work, size.prompt))
 
 
-def peer_config(name: str, setup: Setup, work: Workload, prompt_tokens: int) -> ServerConfig:
+@contextmanager
+def _with_slot_folder(
+    binary: Path, name: str, setup: Setup, work: Workload, prompt_tokens: int
+) -> Iterator[LlamaServer]:
+    """A restoring peer with a save folder of its own, removed once the server has stopped
+    (whether or not it was ever warmed)."""
+    with tempfile.TemporaryDirectory(prefix="swarmkv-slots-") as folder:
+        config = peer_config(name, setup, work, prompt_tokens, Path(folder))
+        with LlamaServer(binary, config) as server:
+            yield server
+
+
+def peer_config(
+    name: str, setup: Setup, work: Workload, prompt_tokens: int, slot_dir: Path | None = None
+) -> ServerConfig:
     """The peer's llama-server configuration at its best: every slot holds the longest prompt
-    and its answer, flash attention, the full sliding window (like SwarmKV)."""
+    and its answer, flash attention, the full sliding window (like SwarmKV). slot_dir: the
+    --slot-save-path of a peer warmed from saved slots (RESTORED), which needs one."""
     n_parallel, unified = PEERS[name]
     extra: tuple[str, ...] = ()
-    if name in RESTORED:  # a fresh folder per server: slot_restore deletes it once restored
-        extra = (SAVE_FLAG, tempfile.mkdtemp(prefix="swarmkv-slots-"))
+    if name in RESTORED:
+        if slot_dir is None:
+            raise ValueError(f"{name} saves its slots: it needs a folder (slot_dir)")
+        extra = (SAVE_FLAG, str(slot_dir))
     return ServerConfig(
         setup.model,
         size_n_ctx(prompt_tokens, work.n_predict, n_parallel, kv_unified=unified),

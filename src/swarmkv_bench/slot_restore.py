@@ -7,7 +7,6 @@ prefills a head once per slot instead. Both then hold the same cells when the cl
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,17 +33,19 @@ def plan(heads: int, slots: int) -> list[tuple[int, int]]:
 
 def warm_by_restore(base_url: str, heads: Sequence[str], slots: int, slot_dir: Path) -> int:
     """Prefill each head into slot h, save it, restore it into the other slots; the saved
-    files are deleted afterwards (the server reads them only while restoring). Returns the
-    slots restored."""
+    files are deleted afterwards (the server reads them only while restoring; the folder is
+    its owner's). Returns the slots restored."""
     client = PeerClient(base_url)
+    files = [f"head-{h}.bin" for h in range(len(heads))]
     try:
         for h, text in enumerate(heads):
             payload = dict(completion_payload(text, 1), id_slot=h, stream=False)
             client.post_json("/completion", payload)
-            client.post_json(f"/slots/{h}?action=save", {"filename": f"head-{h}.bin"})
+            client.post_json(f"/slots/{h}?action=save", {"filename": files[h]})
         pairs = plan(len(heads), slots)
         for slot, h in pairs:
-            client.post_json(f"/slots/{slot}?action=restore", {"filename": f"head-{h}.bin"})
+            client.post_json(f"/slots/{slot}?action=restore", {"filename": files[h]})
         return len(pairs)
     finally:
-        shutil.rmtree(slot_dir, ignore_errors=True)
+        for name in files:
+            (slot_dir / name).unlink(missing_ok=True)

@@ -255,3 +255,43 @@ def test_the_restored_peer_saves_each_head_once_and_restores_the_rest() -> None:
     assert slot_dir_of(["-x", "--slot-save-path", "/tmp/s"]) == Path("/tmp/s")
     with pytest.raises(ValueError, match="no --slot-save-path"):
         slot_dir_of(["--slot-save-path"])
+
+
+class _FakeServer:
+    """LlamaServer's context-manager surface, holding its config; never starts a process."""
+
+    def __init__(self, binary: Path, config: Any) -> None:
+        self.config = config
+
+    def __enter__(self) -> _FakeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_the_restored_peers_save_folder_lives_exactly_as_long_as_its_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from swarmkv_bench import serve_systems
+    from swarmkv_bench.serve_systems import Setup, Sizes, open_system, peer_config
+    from swarmkv_bench.slot_restore import slot_dir_of
+
+    monkeypatch.setattr(serve_systems, "LlamaServer", _FakeServer)
+    setup = Setup(Path("m.gguf"), 2, "exact", Path("llama-server"))
+    size = Sizes(8, 16, 8)
+    with open_system("server-np16-restore", setup, _work(), size) as server:
+        folder = slot_dir_of(server.config.extra_args)
+        assert folder.is_dir()
+    assert not folder.exists()  # a cold workload never restores: the folder goes all the same
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        open_system("server-np16-restore", setup, _work(), size) as server,
+    ):
+        folder = slot_dir_of(server.config.extra_args)
+        raise RuntimeError("boom")
+    assert not folder.exists()
+    with open_system("server-np16", setup, _work(), size) as server:
+        assert "--slot-save-path" not in server.config.extra_args
+    with pytest.raises(ValueError, match="needs a folder"):
+        peer_config("server-np16-restore", setup, _work(), 16)
