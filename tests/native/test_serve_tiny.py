@@ -334,3 +334,31 @@ def test_a_failed_decode_fails_only_its_requests(served: Served, client: openai.
     ok = _complete(client, DOC + "Fine:")
     assert ok.choices[0].finish_reason == "length"
     assert _audit(served) == []
+
+
+def test_a_document_too_long_to_sit_beside_the_last_keeps_only_the_shared_start(
+    tiny_model_path: Path,
+) -> None:
+    """A context with room for one document at a time: the second request (the same system
+    prompt, another document) takes the first's idle sequence over, cut after the prompt
+    they share, instead of being refused; its answer equals the same request on a fresh
+    server."""
+    system = "Read the document below and answer the question that follows it. " * 2
+    doc_a = " ".join(f"alpha{i}" for i in range(85))
+    doc_b = " ".join(f"beta{i}" for i in range(85))
+    second = system + doc_b + " Question: what comes first?"
+    argv = ["-m", str(tiny_model_path), "-c", "512", "-t", "2", "--max-live", "2"]
+    with serve_in_thread(argv) as s:
+        c = openai.OpenAI(base_url=s.v1, api_key="x", max_retries=0)
+        first = _complete(c, system + doc_a + " Question: what comes first?")
+        assert first.usage is not None and first.usage.prompt_tokens * 2 > 512
+        after = _complete(c, second)
+        assert after.usage is not None and after.usage.prompt_tokens_details is not None
+        shared = after.usage.prompt_tokens_details.cached_tokens
+        assert shared is not None and 10 < shared < 40  # the system prompt, not the document
+        assert s.app.state.runtime.status()["evictions"] == 1
+        assert _audit(s) == []
+    with serve_in_thread(argv) as s:
+        c = openai.OpenAI(base_url=s.v1, api_key="x", max_retries=0)
+        fresh = _complete(c, second)
+    assert after.choices[0].text == fresh.choices[0].text

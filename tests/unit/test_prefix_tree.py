@@ -24,9 +24,14 @@ class FakeCtx:
             p for p in self.seqs.get(src, set()) if p0 <= p < p1
         )
 
-    def seq_rm(self, seq: int) -> None:
-        self.calls.append(("rm", seq))
-        self.seqs.pop(seq, None)
+    def seq_rm(self, seq: int, p0: int | None = None, p1: int | None = None) -> None:
+        if p0 is None and p1 is None:
+            self.calls.append(("rm", seq))
+            self.seqs.pop(seq, None)
+            return
+        self.calls.append(("rm", seq, p0, p1))
+        lo, hi = p0 or 0, float("inf") if p1 is None else p1
+        self.seqs[seq] = {p for p in self.seqs.get(seq, set()) if not lo <= p < hi}
 
     def decode(self, seq: int, n: int) -> None:
         self.seqs.setdefault(seq, set()).update(range(n))
@@ -85,6 +90,9 @@ def test_random_sequences_keep_cells_equal_to_distinct_paths() -> None:
             del held[seq]
             continue
         if seq in held:
+            cut = rng.randrange(len(held[seq][1]) + 1)
+            would = tree.freed_by_truncate(seq, cut)
+            assert tree.truncate(seq, cut) == would
             tree.remove(seq)
         toks = [rng.randrange(3) for _ in range(rng.randrange(1, 9))]
         scope = rng.choice(["a", "b"])
@@ -172,3 +180,64 @@ def test_identical_prompts_count_the_last_token_twice(n: int) -> None:
     for i in range(1, n):
         assert cache.admit(toks, cache.plan(toks, ""), 0, "", writer=i, req=Live(9)) is not None
     assert cache.cells_used == 10 + (n - 1)
+
+
+def _finished(cache: PrefixCache, ctx: FakeCtx, toks: list[int], writer: int) -> int:
+    """A request for toks admitted, decoded and retired idle: its sequence."""
+    seq = cache.admit(toks, cache.plan(toks, ""), 2, "", writer=writer, req=Live(0))
+    assert seq is not None
+    ctx.decode(seq, len(toks))
+    cache.retire(seq, writer, toks, "")
+    return seq
+
+
+def test_a_request_takes_over_its_idle_source_when_nothing_else_makes_room() -> None:
+    """Two documents behind one system prompt, each too long to sit beside the other: the
+    second keeps the shared system prompt (cut from the first) instead of being refused."""
+    ctx = FakeCtx()
+    cache = PrefixCache(ctx, n_ctx=40, n_seq=3, max_live=2)
+    system, doc_a, doc_b = [1, 2, 3, 4, 5], list(range(10, 35)), list(range(40, 65))
+    seq_a = _finished(cache, ctx, [*system, *doc_a], writer=1)
+    assert cache.cells_used == 30
+    b = [*system, *doc_b]
+    plan = cache.plan(b, "")
+    assert (plan.length, plan.source) == (5, seq_a)
+    seq_b = cache.admit(b, plan, 4, "", writer=2, req=Live(5))
+    assert seq_b == seq_a  # the same sequence, cut after the shared prefix
+    assert ctx.calls[-1] == ("rm", seq_a, 5, None) and ctx.seqs[seq_a] == set(range(5))
+    assert cache.cells_used == 30 + 4 and cache.evictions == 1
+    assert cache.reused_tokens == 5 and seq_a not in cache.idle
+    ctx.decode(seq_b, len(b))
+    cache.retire(seq_b, 2, b, "")
+    assert cache.audit() == [] and cache.tree.path(seq_b) == b
+
+
+@pytest.mark.parametrize(("n_ctx", "taken"), [(46, True), (45, False)])
+def test_a_source_gives_up_only_the_cells_no_one_else_holds(n_ctx: int, taken: bool) -> None:
+    ctx = FakeCtx()
+    cache = PrefixCache(ctx, n_ctx=n_ctx, n_seq=3, max_live=3)
+    head = list(range(12))
+    seq_a = _finished(cache, ctx, [*head, 50, 51], writer=1)
+    live = [*head, 60, 61]  # shares the head with the idle one, still decoding
+    assert cache.admit(live, cache.plan(live, ""), 2, "", writer=2, req=Live(12)) is not None
+    assert cache.cells_used == 12 + 2 + 2 + 2
+    long = [*head, *range(100, 126)]  # 26 new + 4 room: cutting seq_a frees only its 2
+    plan = cache.plan(long, "")
+    assert (plan.length, plan.source) == (12, seq_a)
+    seq = cache.admit(long, plan, 4, "", writer=3, req=Live(12))
+    assert (seq == seq_a) is taken and (seq is None) is not taken
+    assert cache.cells_used == (46 if taken else 18)
+
+
+def test_a_live_or_pinned_source_is_never_taken_over() -> None:
+    ctx = FakeCtx()
+    cache = PrefixCache(ctx, n_ctx=30, n_seq=4, max_live=3)
+    pin = cache.pin(list(range(10)))
+    ctx.decode(pin, 10)
+    toks = [*range(10), *range(50, 65)]  # 10 pinned + 15 new + 4 room = 29 cells of 30: fits
+    seq = cache.admit(toks, cache.plan(toks, ""), 4, "", writer=1, req=Live(10))
+    assert seq is not None and seq != pin
+    again = [*range(10), *range(70, 80)]  # shares the pin (and the live one): waits
+    assert cache.admit(again, cache.plan(again, ""), 4, "", writer=2, req=Live(10)) is None
+    assert pin in cache.pinned and ("rm", pin, 10, None) not in ctx.calls
+    assert seq in cache.live

@@ -109,14 +109,35 @@ class PrefixCache:
     ) -> int | None:
         """A sequence holding plan's prefix (seq_cp, zero copy) for a request, its cells
         counted; None when a live slot, a sequence id or cells are short even after
-        evicting idle sequences (least recently used first)."""
+        evicting idle sequences (least recently used first). When evicting every other
+        idle sequence is not enough and plan's source is idle, the request takes the source
+        over: its cells past the shared prefix go, the prefix stays (nothing recomputed)."""
         if len(self.live) >= self.max_live:
             return None
         need = self.new_cells(tokens, plan, max_tokens)
-        keep = plan.source
+        if self._make_room(need, keep=plan.source):
+            seq = self._copy_prefix(plan)
+        elif self._can_take_over(plan, need):
+            seq = self._take_over(plan)
+        else:
+            return None
+        self._insert(seq, tokens, scope, writer)
+        self.live[seq] = max_tokens
+        self.writers[writer] = req
+        self.reused_tokens += plan.length
+        self.computed_tokens += len(tokens) - plan.length
+        return seq
+
+    def _make_room(self, need: int, keep: int | None) -> bool:
+        """Evict idle sequences other than keep, least recently used first, until a sequence
+        id and need cells are free; False when they run out first."""
         while not self.free or self.cells_used + need > self.n_ctx:
             if not self._evict_one(keep):
-                return None
+                return False
+        return True
+
+    def _copy_prefix(self, plan: Plan) -> int:
+        """A free sequence given plan's prefix (seq_cp: the cells are shared, not copied)."""
         seq = self.free.pop(0)
         self._sharing[seq] = plan.length
         if plan.length:
@@ -124,12 +145,26 @@ class PrefixCache:
             self.ctx.seq_cp(plan.source, seq, 0, plan.length)
             if plan.source in self.idle:
                 self.idle.move_to_end(plan.source)
-        self._insert(seq, tokens, scope, writer)
-        self.live[seq] = max_tokens
-        self.writers[writer] = req
-        self.reused_tokens += plan.length
-        self.computed_tokens += len(tokens) - plan.length
         return seq
+
+    def _can_take_over(self, plan: Plan, need: int) -> bool:
+        """Whether plan's source is idle and, cut to plan's prefix, leaves room for need."""
+        src = plan.source
+        if src is None or src not in self.idle:
+            return False
+        return self.cells_used - self.tree.freed_by_truncate(src, plan.length) + need <= self.n_ctx
+
+    def _take_over(self, plan: Plan) -> int:
+        """plan's idle source, cut to plan's prefix, as the new request's sequence. Its
+        duplicate cells stay counted (they may lie in the prefix): an overcount, gone when
+        the sequence is dropped."""
+        src = plan.source
+        assert src is not None
+        self.idle.pop(src)
+        self.tree.truncate(src, plan.length)
+        self.ctx.seq_rm(src, plan.length, None)
+        self.evictions += 1
+        return src
 
     def _evict_one(self, keep: int | None) -> bool:
         victim = next((s for s in self.idle if s != keep), None)

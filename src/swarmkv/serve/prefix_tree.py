@@ -165,6 +165,16 @@ class PrefixTree:
             del self._paths[seq]
         return freed
 
+    def freed_by_truncate(self, seq: int, n: int) -> int:
+        """The cells truncate(seq, n) would free, without cutting anything."""
+        freed, node = 0, self._deepest(seq)
+        while node is not self.root and node.end > n:
+            if node.holders == {seq}:
+                freed += node.end - max(node.depth, n)
+            assert node.parent is not None
+            node = node.parent
+        return freed
+
     def remove(self, seq: int) -> int:
         """seq leaves the tree; returns the cells freed."""
         return self.truncate(seq, 0)

@@ -43,16 +43,13 @@ from ..llama.context import Context
 from ..llama.model import Model
 from ..process.threads import Worker, wait_all
 from .job import FINISH_REASONS, DoneEvent, ErrorEvent, Job
-from .kv_cache import Plan, PrefixCache
+from .kv_cache import PrefixCache
 from .prompt import check_fits, prepare_constraint, prompt_tokenizer, tokenize_prompt
 
 if TYPE_CHECKING:
     from ..kv.snapshot import KVSnapshot
 
 log = logging.getLogger("swarmkv.serve")
-
-# a shared prefix shorter than this gives way when its sequence blocks a request's room
-MIN_SHARED_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -280,11 +277,6 @@ class Runtime:
                 continue  # another request is prefilling this prefix: read it when it is in
             assert job.req is not None
             seq = self.cache.admit(job.tokens, plan, job.max_tokens, job.scope, job.id, job.req)
-            if seq is None and 0 < plan.length < MIN_SHARED_TOKENS:
-                # a few shared tokens (a BOS, a common opening word) must not keep their idle
-                # sequence from being evicted for this request's room: take it without them
-                plan = Plan(0, None, True)
-                seq = self.cache.admit(job.tokens, plan, job.max_tokens, job.scope, job.id, job.req)
             if seq is None:
                 if not self.engine.live and not self.cache.live:
                     self._refuse(job)
