@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cpu_split import measured
 from .peer_server import find_llama_server
 from .probe_words import PROBE_WORDS
 from .serve_load import replica_split, run_alone, run_load, warm, warm_every_engine
@@ -85,7 +86,8 @@ def one_run(
             warm_by_restore(server.base_url, work.heads, PEERS[name][0], slot_dir)
         else:
             asyncio.run(warm(v1, work.heads, warm_copies(name, work)))
-        reqs, wall = asyncio.run(run_load(v1, work, arrivals))
+        with measured() as cpu:
+            reqs, wall = asyncio.run(run_load(v1, work, arrivals))
         warmed = max(1, len(work.heads))  # warm-ups each replica finished
         split = asyncio.run(replica_split(v1, warmed, len(reqs))) if name == RAY_SYSTEM else None
         alone = asyncio.run(run_alone(v1, [r.prompt for r in reqs], work.n_predict))
@@ -99,6 +101,7 @@ def one_run(
         "kernels": setup.kernels,
         **run_stats(reqs, alone, wall, work, rate),
         "peak_rss_bytes": rss,
+        "cpu_s": cpu.seconds,
         **({"requests_per_replica": split} if split is not None else {}),
         "command": command,
         "requests_log": [r.record() for r in reqs],

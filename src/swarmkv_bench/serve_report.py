@@ -78,7 +78,43 @@ def workload_section(name: str, work: dict[str, Any]) -> list[str]:
                 + f" | {row['errors']} | {row['identical_to_alone']} | {past} |"
             )
         lines.append("")
-    return lines
+    return lines + cpu_section(work)
+
+
+CPU_GROUPS = (
+    "server",
+    "engine replicas",
+    "serve ingress",
+    "serve proxy",
+    "ray other",
+    "load generator",
+    "other",
+    "idle",
+)
+
+
+def cpu_section(work: dict[str, Any]) -> list[str]:
+    """Where the cores went: CPU ms per generated token by process group (cpu_split.py)."""
+    rows = [
+        (entry["rate"], system, row.get("cpu_ms_per_token") or {})
+        for entry in work["by_rate"]
+        for system, row in entry["summary"].items()
+    ]
+    groups = [g for g in CPU_GROUPS if any(g in split for _, _, split in rows)]
+    if not groups:
+        return []
+    head = ["rate", "system", *groups]
+    lines = [
+        "CPU ms per generated token while the load ran, by process group (idle: the cores' "
+        "time no thread used):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for rate, system, split in rows:
+        cells = [_cell(split.get(g), None) if g in split else "" for g in groups]
+        lines.append(f"| {rate} | {system} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def write_report(result: dict[str, Any], out: Path) -> list[Path]:

@@ -114,6 +114,22 @@ def _value(run: dict[str, Any], key: str) -> float | None:
     return None if v is None else float(v)
 
 
+def cpu_per_token(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per process group (cpu_split.py), CPU ms per generated token: [median, min, max] over
+    the runs that measured it."""
+    groups = sorted({g for r in runs for g in r.get("cpu_s", {})})
+    out = {}
+    for g in groups:
+        vals = [
+            r["cpu_s"][g] * 1e3 / r["tokens"]
+            for r in runs
+            if g in r.get("cpu_s", {}) and r["tokens"]
+        ]
+        if vals:
+            out[g] = spread(vals)
+    return out
+
+
 def add_utilization(runs: Sequence[dict[str, Any]]) -> None:
     """Each run's utilization: its offered tokens/s over the system's capacity, the most
     tokens/s that system reached on this workload at any rate and seed (a burst, where one
@@ -149,5 +165,6 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             sum(r["compared"] for r in rs)
         )
         row["past_capacity"] = [r["past_capacity"] for r in rs]
+        row["cpu_ms_per_token"] = cpu_per_token(rs)
         summary[name] = row
     return summary

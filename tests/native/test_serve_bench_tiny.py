@@ -100,6 +100,10 @@ def test_serve_bench_every_workload_both_kernels_and_a_burst(
     }
     assert reused["groups"] > computed["groups"]  # each group's head served from the cache
     assert computed["cold"] > 4 * reused["cold"]  # nothing to share (a few words of "Record")
+    for r in (r for n in result["workloads"] for r in _runs(result, n)):
+        assert r["cpu_s"]["server"] > 0 and r["cpu_s"]["load generator"] > 0
+        assert r["cpu_s"]["idle"] >= 0
+    assert "CPU ms per generated token" in (tmp_path / "serve_report.md").read_text()
     for png in ("shared_ttft_cdf", "cold_ttft_cdf"):
         assert (tmp_path / "plots" / f"serve_{png}.png").stat().st_size > 0
 
@@ -146,6 +150,11 @@ def test_serve_bench_warms_every_ray_replica_and_splits_a_burst(
         split = two["requests_per_replica"]
         assert len(split) == 2 and sum(split) == 8, split
         assert "requests_per_replica" not in one
-    assert min(runs["swarmkv-ray2", "burst"]["requests_per_replica"]) >= 2
+        # where the cores went: one server process, against the replicas and Serve's own
+        assert one["cpu_s"]["server"] > 0 and "engine replicas" not in one["cpu_s"]
+        assert two["cpu_s"]["engine replicas"] > 0 and two["cpu_s"]["serve ingress"] > 0
+    # a head both replicas hold is no reason to favour one: the burst goes 4:4, or 5:3 when
+    # Serve's queue lengths lag (affinity.py; it went 6:2 when a question's first words won)
+    assert min(runs["swarmkv-ray2", "burst"]["requests_per_replica"]) >= 3
     same = [t for t in result["targets"] if t["target"].startswith("answers of swarmkv-ray2")]
     assert same and all(t["pass"] for t in same), same

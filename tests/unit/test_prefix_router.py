@@ -25,11 +25,30 @@ def pick(record: PrefixRecord, tokens: list[int], loads: dict[str, int]) -> str:
 def test_the_longest_prefix_wins_over_load() -> None:
     rec = PrefixRecord(10_000)
     rec.insert("a", [*HEAD, 1, 2, 3])
-    rec.insert("b", [*HEAD[:30], 7, 7, 7])
+    rec.insert("b", [*HEAD[:30], *range(7, 27)])
     assert rec.match([*HEAD, 1, 9]) == {"a": 61, "b": 30}
     # b holds a shorter prefix and is idle; a, with the longest, is busier but within the bound
     assert pick(rec, [*HEAD, 1, 9], {"a": 3, "b": 0}) == "a"
-    assert pick(rec, [*HEAD[:30], 7, 1], {"a": 0, "b": 3}) == "b"
+    assert pick(rec, [*HEAD[:30], *range(7, 27), 1], {"a": 0, "b": 3}) == "b"  # 50 against 30
+
+
+def test_a_few_more_matched_tokens_do_not_outweigh_load() -> None:
+    """Both replicas hold the head (warmed); a holds a question's first words too: the burst
+    must not pile onto a for those (it did: 5 of 8, 10 of 16)."""
+    rec = PrefixRecord(10_000)
+    rec.insert("a", [*HEAD, 1, 2, 3])
+    rec.insert("b", HEAD)
+    assert rec.match([*HEAD, 1, 2, 9]) == {"a": 62, "b": 60}
+    assert pick(rec, [*HEAD, 1, 2, 9], {"a": 1, "b": 0}) == "b"
+    assert pick(rec, [*HEAD, 1, 2, 9], {"a": 0, "b": 0}) == "a"  # the longer match breaks a tie
+    # a burst of 16 over two warmed replicas, each choice counted as load at once: 8 and 8
+    loads = {"a": 0, "b": 0}
+    for q in range(16):
+        tokens = [*HEAD, 1, 2, 100 + q]
+        r = pick(rec, tokens, loads)
+        rec.insert(r, tokens)
+        loads[r] += 1
+    assert loads == {"a": 8, "b": 8}
 
 
 def test_a_tie_on_the_prefix_is_broken_by_load() -> None:

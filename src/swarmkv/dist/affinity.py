@@ -4,9 +4,12 @@
 Rules, in order:
   1. The replicas whose record (prefix_record.py) holds the longest prefix of the request's
      tokens are its affine ones, if that prefix is at least `min_match_tokens` long (a BOS or
-     a chat template's first tokens, which every request shares, say nothing).
-  2. Among them the least loaded wins (ongoing requests), then the one with the smaller
-     record, then the smaller id (so that a choice is reproducible).
+     a chat template's first tokens, which every request shares, say nothing); so are those
+     whose match falls short of the longest by less than `min_match_tokens` (a head every
+     replica holds, one of them with a question's first words too: those few tokens save
+     less than a queue costs).
+  2. Among them the least loaded wins (ongoing requests), then the longer match, then the
+     one with the smaller record, then the smaller id (so that a choice is reproducible).
   3. Unless it has more than `max_imbalance` requests more than the least loaded replica:
      then the least loaded wins (a longer match, then the smaller record, then the id break
      ties). So a hot prefix spills over to a second replica instead of queueing behind itself.
@@ -60,7 +63,8 @@ def choose(
     if not match:
         return order
     best = max(match.values())
-    affine = min((r for r in match if match[r] == best), key=by_load)
+    near_best = (r for r in match if best - match[r] < config.min_match_tokens)
+    affine = min(near_best, key=by_load)
     if loads[affine] - least > config.max_imbalance:
         return order
     return [affine, *(r for r in order if r != affine)]
