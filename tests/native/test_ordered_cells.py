@@ -78,3 +78,40 @@ def test_rows_after_holes_equal_their_own_context(
         ref = _alone(tiny_model, own[s])  # ref[j]: logits at position N_DOC - 1 + j
         for pos, logits in got[s]:
             assert np.array_equal(logits, ref[pos - N_DOC + 1]), f"seq {s} at pos {pos}"
+
+
+def test_a_full_tail_is_compacted_in_order_not_filled_out_of_order(
+    tiny_model: Model, prompt_tokens: list[int]
+) -> None:
+    """Holes below a live sequence's last cell and no free cell after it: the cache closes the
+    holes (every cell keeping its order) before it places the next token, which used to land
+    in a hole below its sequence's cells and give other logits than a context of its own."""
+    doc = prompt_tokens[:N_DOC]
+    own = {s: list(doc) for s in (1, 2)}
+    got: list[tuple[int, np.ndarray]] = []
+    cfg = {"n_ctx": 256, "n_batch": 128, "n_seq_max": 4, "kv_unified": True}
+    with Context(tiny_model, n_threads=1, batch_invariant=True, **cfg) as ctx, Batch(128) as b:
+        assert ctx.n_ctx == 256
+        b.add_sequence(doc, 0, 0, logits_last=False)
+        ctx.decode(b)
+
+        def extend(s: int, n: int, keep: bool) -> None:
+            b.clear()
+            for k in range(n):
+                pos = len(own[s])
+                own[s].append(prompt_tokens[(N_DOC + 7 * s + pos) % len(prompt_tokens)])
+                b.add(own[s][-1], pos, (s,), keep and k == n - 1)
+            ctx.decode(b)
+            if keep:
+                got.append((pos, ctx.logits(b.n_tokens - 1).copy()))
+
+        for s in (1, 2):
+            ctx.seq_cp(0, s, 0, N_DOC)
+        extend(1, 100, keep=False)  # cells 40-139
+        extend(2, 100, keep=True)  # cells 140-239
+        ctx.seq_rm(1)  # a hole of 100 cells below all of 2's; 16 free after its last
+        for _ in range(30):  # past the 16: the cache must compact to keep 2's order
+            extend(2, 1, keep=True)
+    ref = _alone(tiny_model, own[2])  # ref[j]: logits at position N_DOC - 1 + j
+    for pos, logits in got:
+        assert np.array_equal(logits, ref[pos - N_DOC + 1]), f"position {pos}"
