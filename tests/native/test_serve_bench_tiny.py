@@ -69,7 +69,10 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
     assert len(oh["serve_ttft_ms"]) == len(tok["whole_ms"]) == len(tok["server_ms"]) == oh["reps"]
     assert all(ms > 0 for ms in tok["whole_ms"] + tok["server_ms"])
     assert "HTTP overhead" in stdout
-    assert (tmp_path / "serve_report.md").read_text().count("| swarmkv/exact |") == 2
+    report = (tmp_path / "serve_report.md").read_text()
+    # per workload: swarmkv's row in its figures table and in its CPU-per-token table
+    assert report.count("| swarmkv/exact |") == 4
+    assert report.count("CPU ms per generated token") == 2
 
 
 def test_serve_bench_every_workload_both_kernels_and_a_burst(
