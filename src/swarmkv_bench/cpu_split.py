@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarmkv.llama.config import default_threads
+
 PROC = Path("/proc")
 TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -96,11 +98,6 @@ def with_idle(seconds: dict[str, float], cores: int, wall_s: float) -> dict[str,
     return {**seconds, "idle": max(0.0, cores * wall_s - sum(seconds.values()))}
 
 
-def cores() -> int:
-    """The cores this process may run on (the machine's, on an idle bench machine)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 @dataclass
 class Split:
     """Filled when its with-block ends: CPU seconds per group, idle included."""
@@ -118,4 +115,4 @@ def measured(proc: Path = PROC) -> Iterator[Split]:
     before, start = snapshot(proc), time.monotonic()
     yield split
     after, wall_s = snapshot(proc), time.monotonic() - start
-    split.seconds = with_idle(cpu_seconds(before, after), cores(), wall_s)
+    split.seconds = with_idle(cpu_seconds(before, after), default_threads(), wall_s)
