@@ -45,6 +45,18 @@ GROUPS: list[tuple[tuple[str, ...], str]] = [
     (("llama-server",), "server"),
 ]
 
+# every group this module reports, in the order of the module table (a report's columns)
+GROUP_ORDER: tuple[str, ...] = (
+    "server",
+    "engine replicas",
+    "serve ingress",
+    "serve proxy",
+    "ray other",
+    "load generator",
+    "other",
+    "idle",
+)
+
 
 def group_of(cmdline: str, pid: int, me: int) -> str:
     """The group of a process by its command line (the module table)."""

@@ -12,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from . import cpu_split
 from .provenance import summary_lines
 
 COLUMNS = (
@@ -81,18 +82,6 @@ def workload_section(name: str, work: dict[str, Any]) -> list[str]:
     return lines + cpu_section(work)
 
 
-CPU_GROUPS = (
-    "server",
-    "engine replicas",
-    "serve ingress",
-    "serve proxy",
-    "ray other",
-    "load generator",
-    "other",
-    "idle",
-)
-
-
 def cpu_section(work: dict[str, Any]) -> list[str]:
     """Where the cores went: CPU ms per generated token by process group (cpu_split.py)."""
     rows = [
@@ -100,7 +89,7 @@ def cpu_section(work: dict[str, Any]) -> list[str]:
         for entry in work["by_rate"]
         for system, row in entry["summary"].items()
     ]
-    groups = [g for g in CPU_GROUPS if any(g in split for _, _, split in rows)]
+    groups = [g for g in cpu_split.GROUP_ORDER if any(g in split for _, _, split in rows)]
     if not groups:
         return []
     head = ["rate", "system", *groups]

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from swarmkv_bench.cpu_split import TICKS_PER_S, cpu_seconds, group_of, snapshot, with_idle
+from swarmkv_bench.cpu_split import (
+    GROUP_ORDER,
+    GROUPS,
+    TICKS_PER_S,
+    cpu_seconds,
+    group_of,
+    snapshot,
+    with_idle,
+)
 from swarmkv_bench.serve_stats import cpu_per_token
 
 ME = os.getpid()
@@ -42,6 +50,13 @@ def test_each_process_counts_in_its_group(cmdline: str, group: str) -> None:
 
 def test_this_process_is_the_load_generator_whatever_its_command() -> None:
     assert group_of("swarmkv bench --serve", ME, ME) == "load generator"
+
+
+def test_the_report_order_names_every_group_once() -> None:
+    """The report's columns come from GROUP_ORDER: a group added to the matching table but
+    not to the order would be measured and never shown."""
+    reported = {group for _, group in GROUPS} | {"load generator", "other", "idle"}
+    assert sorted(GROUP_ORDER) == sorted(reported)
 
 
 def test_a_split_counts_what_each_thread_used_between_the_reads(tmp_path: Path) -> None:
