@@ -133,6 +133,33 @@ def test_matches_softmax_attention(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
+def test_one_agents_row_split_over_the_threads_gets_its_bits_among_others(path: str) -> None:
+    """Patch 0010: a row's visible cells go in parts of 128, merged in order. One token's
+    heads are too few rows for the threads, so their parts run on every thread at once (the
+    split path) and are merged after; among 31 other rows each thread walks whole rows, the
+    parts one after another. 613 visible cells: 5 parts, the last one short and ragged."""
+    rng = np.random.default_rng(5)
+    n_vis, row = 613, 20
+    q = rng.standard_normal((32, HEADS, DK)).astype(np.float32)
+    k_alone = rng.standard_normal((n_vis, KV_HEADS, DK)).astype(np.float16)
+    v_alone = rng.standard_normal((n_vis, KV_HEADS, DV)).astype(np.float16)
+    sw = PATHS[path]
+    k, v, mask = scattered_batch(rng, k_alone, v_alone, row)
+    among = attention(q, k, v, mask, threads=2, switches=sw)[row]
+    for threads in (1, 2, 3, 4):
+        alone = attention(
+            q[row : row + 1], k_alone, v_alone, np.zeros((1, n_vis)), threads=threads, switches=sw
+        )
+        np.testing.assert_array_equal(alone[0], among, err_msg=f"alone on {threads} threads")
+    kf, vf = k_alone[:, 0].astype(np.float64), v_alone[:, 0].astype(np.float64)
+    for h in range(HEADS):
+        s = q[row, h].astype(np.float64) @ kf.T * SCALE
+        p = np.exp(s - s.max())
+        atol = 1e-2 if path == "one-row" or not has_bi_attention() else 2e-5
+        np.testing.assert_allclose(among[h], (p / p.sum()) @ vf, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 def test_every_row_of_a_forked_batch_gets_its_bits_alone(path: str) -> None:
     """The fork layout: 32 rows share a 203-cell prefix, then each sees its own 1 to 32 cells,
     interleaved in the cache with the others'. Rows are walked in tiles that advance group by
