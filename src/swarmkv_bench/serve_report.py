@@ -82,6 +82,16 @@ def workload_section(name: str, work: dict[str, Any]) -> list[str]:
     return lines + cpu_section(work)
 
 
+def targets_section(targets: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets this run judged, or a line saying none applies (they are set for
+    workloads (a) and (b): a run of (c) or (d) alone judges none)."""
+    from .serve_command import target_lines  # serve_command imports this module
+
+    lines = target_lines(targets)
+    body = ["```", *lines, "```"] if lines else ["No target applies to the workloads of this run."]
+    return ["## Targets", "", *body, ""]
+
+
 def cpu_section(work: dict[str, Any]) -> list[str]:
     """Where the cores went: CPU ms per generated token by process group (cpu_split.py)."""
     rows = [
@@ -108,8 +118,6 @@ def cpu_section(work: dict[str, Any]) -> list[str]:
 
 def write_report(result: dict[str, Any], out: Path) -> list[Path]:
     """serve_report.md and the plots; returns the paths written."""
-    from .serve_command import target_lines
-
     lines = ["# swarmkv bench --serve", "", *summary_lines(result["provenance"]), ""]
     lines += [
         "Utilization is offered tokens/s over the system's most tokens/s at any rate of the "
@@ -118,7 +126,7 @@ def write_report(result: dict[str, Any], out: Path) -> list[Path]:
         "request's alone. Slowdown is completion time over the same request's alone.",
         "",
     ]
-    lines += ["## Targets", "", "```", *target_lines(result["targets"]), "```", ""]
+    lines += targets_section(result["targets"])
     for name, work in result["workloads"].items():
         lines += workload_section(name, work)
     path = out / "serve_report.md"

@@ -12,6 +12,7 @@ import pytest
 from swarmkv.errors import ConfigError
 from swarmkv_bench.serve_bench import rotated
 from swarmkv_bench.serve_load import Request
+from swarmkv_bench.serve_report import targets_section
 from swarmkv_bench.serve_stats import add_utilization, in_flight, run_stats, summarize
 from swarmkv_bench.serve_targets import keeps_up_rate, operating_rate, targets
 from swarmkv_bench.serve_workloads import Shapes, Workload, arrival_times, build, varied_text
@@ -295,3 +296,24 @@ def test_the_restored_peers_save_folder_lives_exactly_as_long_as_its_server(
         assert "--slot-save-path" not in server.config.extra_args
     with pytest.raises(ValueError, match="needs a folder"):
         peer_config("server-np16-restore", setup, _work(), 16)
+
+
+def test_a_run_with_no_target_says_so_instead_of_an_empty_block() -> None:
+    assert targets_section([]) == [
+        "## Targets",
+        "",
+        "No target applies to the workloads of this run.",
+        "",
+    ]
+    judged = {
+        "pass": False,
+        "spread": [1.08, 1.03, 1.21],
+        "workload": "shared",
+        "kernels": "exact",
+        "rate": 6.0,
+        "at": "operating",
+        "target": "tokens/s, swarmkv over best peer",
+        "goal": ">= 1.5",
+    }
+    body = targets_section([judged])[2:-1]
+    assert body[0] == body[-1] == "```" and "FAIL" in body[1] and "1.08 [1.03-1.21]" in body[1]
