@@ -27,7 +27,9 @@ def test_every_patch_is_a_mail_that_says_why_what_switch_tests_and_upstream() ->
         text = patch.read_text()
         head, _, _ = text.partition("\ndiff --git ")
         assert text.startswith("From 0000000000000000000000000000000000000000 "), patch.name
-        assert re.search(rf"^Subject: \[PATCH {n}/{len(patches)}\] \S", head, re.M), patch.name
+        # git format-patch pads the number to the width of the count: [PATCH 01/10]
+        number = f"{n:0{len(str(len(patches)))}d}/{len(patches)}"
+        assert re.search(rf"^Subject: \[PATCH {number}\] \S", head, re.M), patch.name
         for section in SECTIONS:
             assert re.search(rf"^{re.escape(section)} \S", head, re.M), (patch.name, section)
         assert patch.name.startswith(f"{n:04d}-"), "file names follow the series order"
