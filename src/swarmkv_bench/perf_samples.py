@@ -23,7 +23,9 @@ from typing import Any
 # First match wins: the kernel names of the pinned ggml CPU backend, grouped by the op
 # (and for MUL_MAT the kernel family) that calls them.
 OP_PATTERNS: list[tuple[str, str]] = [
-    (r"flash_attn|vec_dot_f16|vec_mad_f|vec_scale|expf|softmax", "FLASH_ATTN_EXT"),
+    # ggml_fa_bi_*: the batch-invariant attention of patches 0005 and 0010, whose row walk the
+    # compiler may keep out of line (then no flash_attn-named frame holds its samples)
+    (r"flash_attn|ggml_fa_bi_|vec_dot_f16|vec_mad_f|vec_scale|expf|softmax", "FLASH_ATTN_EXT"),
     (r"swarmkv_skinny", "MUL_MAT skinny GEMM (patch 0004)"),
     (r"tinyBLAS|llamafile_sgemm", "MUL_MAT llamafile sgemm"),
     (r"gemm_q|gemv_q|repack|tiled", "MUL_MAT repacked/tiled"),

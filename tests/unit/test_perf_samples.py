@@ -15,6 +15,9 @@ def test_kernels_map_to_their_op() -> None:
     assert classify(lib, "ggml_vec_dot_q4_K_q8_K") == "MUL_MAT vec_dot"
     assert classify(lib, "ggml_vec_dot_q6_K_q8_K_rows").startswith("MUL_MAT K-quant rows")
     assert classify(lib, "ggml_vec_dot_f16") == "FLASH_ATTN_EXT"
+    # the batch-invariant attention's out-of-line helpers (a frame without flash_attn in it)
+    assert classify(lib, "ggml_fa_bi_walk(ggml_fa_bi_op const&, long)") == "FLASH_ATTN_EXT"
+    assert classify(lib, "ggml_fa_bi_rows(ggml_fa_bi_op const&, long, long)") == "FLASH_ATTN_EXT"
     assert classify("libgomp.so.1.0.0", "0x1f7da").startswith("thread sync")
     assert classify("libm.so.6", "0x72c29").startswith("libm")
     assert classify("libc.so.6", "0x16d9fd").startswith("other")
