@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What batch-invariant decoding costs: fork with llama.cpp's fastest kernels (exact=False, repacked
-weights), the batch-invariant fork (the default), and the exact fork of the first design
-(per-sequence streams, one decode per branch), at 2 and 32 branches.
+weights), the batch-invariant fork (the default: weights as stored), the batch-invariant fork on
+repacked weights (patch 0011), and the exact fork of the first design (per-sequence streams, one
+decode per branch), at 2 and 32 branches.
 
 One warm-up, then --trials measured trials of each; prints median [min-max] of e2e, prefill
 and generation ms per decode, and writes every trial as JSON (-o). Run on an idle machine.
@@ -23,10 +24,12 @@ from swarmkv_bench.provenance import write_result
 from swarmkv_bench.workload import document
 
 STREAMS = ForkOptions(layout="streams", packing="per_branch")
-VARIANTS: dict[str, tuple[bool, ForkOptions | None]] = {
-    "fork --no-exact": (False, None),
-    "fork (exact)": (True, None),
-    "fork+exact (streams)": (False, STREAMS),
+# name -> (exact, repacked weights, fork options)
+VARIANTS: dict[str, tuple[bool, bool, ForkOptions | None]] = {
+    "fork --no-exact": (False, True, None),
+    "fork (exact)": (True, False, None),
+    "fork (exact, repacked)": (True, True, None),
+    "fork+exact (streams)": (False, True, STREAMS),
 }
 
 
@@ -67,10 +70,10 @@ def main() -> None:
     with sk.Model(path, repack=True) as fast, sk.Model(path) as flat:
         doc = document(flat, args.doc_tokens, args.doc)
         for n in (int(x) for x in args.branches.split(",")):
-            for name, (exact, fork) in VARIANTS.items():
+            for name, (exact, repacked, fork) in VARIANTS.items():
                 if args.no_streams and fork is STREAMS:
                     continue
-                model = flat if exact else fast
+                model = fast if repacked else flat
                 runs = [
                     one_run(model, doc, n, args.n_predict, exact, fork)
                     for _ in range(args.trials + 1)

@@ -120,7 +120,8 @@ class ServerConfig:
     flash_attn: str = "auto"
     extra_args: tuple[str, ...] = ()
     # LLAMA_BATCH_INVARIANT=1 in the server's environment (patch 0003 reads it for every
-    # context) and --no-repack: the batch-invariant kernels serve weights as stored.
+    # context) and --no-repack: weights as stored, as SwarmKV's exact contexts hold them
+    # (like for like; repacked weights are batch-invariant too since patch 0011, not faster).
     batch_invariant: bool = False
 
     def __post_init__(self) -> None:
@@ -151,8 +152,9 @@ def build_command(
     if config.batch_invariant:
         if options and "--no-repack" not in options:
             raise PeerServerError(
-                f"{binary} has no --no-repack, which its batch-invariant mode needs (weights "
-                "as stored): rebuild it with bench/build_llama_server.sh"
+                f"{binary} has no --no-repack, which the batch-invariant peer uses (weights "
+                "as stored, as SwarmKV's exact default): rebuild it with "
+                "bench/build_llama_server.sh"
             )
         cmd.append("--no-repack")
     for flag in ("--cache-prompt", "--no-webui"):  # prompt cache on (the default) and no UI

@@ -51,25 +51,37 @@ SPLITS = [([300], 1), ([300], 2), ([300], 7), ([300], 32), ([300], 64), ([256, 4
           ([299, 1], 512), ([100, 100, 100], 512), ([1] * 20 + [280], 512)]  # fmt: skip
 
 
+# weights as stored, and repacked: the repacked Q4_K weights (ffn_down, attn_output) go
+# through CPU_REPACK's gemm in tiles of 4 rows in batch-invariant mode (patch 0011)
+BOTH_LAYOUTS = pytest.mark.parametrize("fixture", ["exact_model", "repacked_model"])
+
+
+def _model_and_tokens(request: pytest.FixtureRequest, fixture: str) -> tuple[sk.Model, list[int]]:
+    model: sk.Model = request.getfixturevalue(fixture)
+    return model, model.tokenize(document(model, 300), add_special=True)[:300]
+
+
 @SLOW
-def test_logits_do_not_depend_on_ubatch_size_or_prompt_split(exact_model: sk.Model) -> None:
-    tokens = exact_model.tokenize(document(exact_model, 300), add_special=True)[:300]
-    ref = _last_logits(exact_model, tokens, [300], 512, exact=True)
+@BOTH_LAYOUTS
+def test_logits_do_not_depend_on_ubatch_size_or_prompt_split(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    model, tokens = _model_and_tokens(request, fixture)  # ubatches of 1, 2 and 7 rows padded
+    ref = _last_logits(model, tokens, [300], 512, exact=True)
     for chunks, n_ubatch in SPLITS:
-        got = _last_logits(exact_model, tokens, chunks, n_ubatch, exact=True)
+        got = _last_logits(model, tokens, chunks, n_ubatch, exact=True)
         assert np.array_equal(got, ref), f"chunks {chunks[:3]}.. ubatch {n_ubatch}"
 
 
 @SLOW
-@pytest.mark.parametrize("fixture", ["repacked_model", "model"])
+@BOTH_LAYOUTS
 def test_without_the_mode_the_same_splits_differ(
     fixture: str, request: pytest.FixtureRequest
 ) -> None:
     # llama.cpp's own kernels (repacked weights, tiled matmul, sgemm only from 2 rows on,
     # split-KV flash attention) are what the mode replaces: without it, the logits really
     # depend on the split, with repacked weights and with weights as stored alike.
-    model: sk.Model = request.getfixturevalue(fixture)
-    tokens = model.tokenize(document(model, 300), add_special=True)[:300]
+    model, tokens = _model_and_tokens(request, fixture)
     ref = _last_logits(model, tokens, [300], 512, exact=False)
     diffs = [
         float(np.abs(_last_logits(model, tokens, c, u, exact=False) - ref).max())

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -82,14 +83,73 @@ def weight_product(
     threads: int,
     invariant: bool,
     switches: Mapping[str, int] | None = None,
+    repacked: bool = False,
 ) -> np.ndarray:
-    """ggml_mul_mat(weights [m x k] of ggml type type_id, acts [n x k] f32): [n x m] f32."""
-    n, k = acts.shape
+    """ggml_mul_mat(weights [m x k] of ggml type type_id, acts [n x k] f32): [n x m] f32.
+    acts may have a third axis, planes in front ([planes x n x k] gives [planes x n x m]).
+    repacked: the weights in the repack buffer type, repacked as they are set (the caller
+    makes sure this CPU repacks that type at m rows, or ggml aborts)."""
+    k, n = acts.shape[-1], acts.shape[-2]
+    planes = acts.shape[0] if acts.ndim == 3 else 1
     src = np.ascontiguousarray(acts, dtype=np.float32).tobytes()
+    with repacked_tensor(type_id, k, m, weights) if repacked else nullcontext() as stored:
 
-    def build(ctx: Any) -> tuple[list[tuple[Any, bytes]], Any]:
-        a = lib.ggml_new_tensor_2d(ctx, type_id, k, m)
-        b = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, k, n)
-        return [(a, weights), (b, src)], lib.ggml_mul_mat(ctx, a, b)
+        def build(ctx: Any) -> tuple[list[tuple[Any, bytes]], Any]:
+            a, inputs = stored, []
+            if a is None:
+                a = lib.ggml_new_tensor_2d(ctx, type_id, k, m)
+                inputs.append((a, weights))
+            b = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, k, n, planes, 1)
+            return [*inputs, (b, src)], lib.ggml_mul_mat(ctx, a, b)
 
-    return compute(build, threads, invariant, switches).reshape(n, m)
+        out = compute(build, threads, invariant, switches)
+    return out.reshape((*acts.shape[:-1], m))
+
+
+def repack_buffer_type() -> Any:
+    """The CPU backend's repack buffer type (CPU_REPACK: weights interleaved for its gemm and
+    gemv kernels, what Model(repack=True) loads into), or None in a build without one."""
+    from swarmkv.llama.cpu_backend import cpu_proc
+
+    extra = cpu_proc(
+        "ggml_backend_dev_get_extra_bufts", "ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)"
+    )
+    bufts = extra(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
+    i = 0
+    while bufts != ffi.NULL and bufts[i] != ffi.NULL:
+        if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":
+            return bufts[i]
+        i += 1
+    return None
+
+
+@contextmanager
+def repacked_tensor(type_id: int, k: int, m: int, weights: bytes) -> Iterator[Any]:
+    """A [m x k] weight tensor of ggml type type_id in the repack buffer type, set (and so
+    repacked) from weights; freed on exit."""
+    buft = repack_buffer_type()
+    assert buft is not None, "this build's CPU backend has no repack buffer type"
+    size = 2 * lib.ggml_tensor_overhead()
+    params = ffi.new("struct ggml_init_params *", {"mem_size": size, "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    assert ctx != ffi.NULL
+    buf = ffi.NULL
+    try:
+        w = lib.ggml_new_tensor_2d(ctx, type_id, k, m)
+        buf = lib.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft)
+        assert buf != ffi.NULL and lib.ggml_nbytes(w) == len(weights)
+        lib.ggml_backend_tensor_set(w, weights, 0, len(weights))
+        yield w
+    finally:
+        if buf != ffi.NULL:
+            lib.ggml_backend_buffer_free(buf)
+        lib.ggml_free(ctx)
+
+
+def assert_right_product(got: np.ndarray, acts: np.ndarray, exact_w: np.ndarray) -> None:
+    """got is acts @ exact_w.T (the dequantized weights) up to the activations' 8-bit
+    quantization (Q8_K or Q8_0, one scale per block): a relative error of the summed terms'
+    size around 1/127 at most."""
+    want = acts.astype(np.float64) @ exact_w.astype(np.float64).T
+    scale = np.abs(acts).astype(np.float64) @ np.abs(exact_w).astype(np.float64).T
+    assert np.all(np.abs(got - want) <= 1e-2 * scale)

@@ -22,11 +22,16 @@ def flat_model(tiny_model: sk.Model) -> sk.Model:
     return tiny_model
 
 
-def test_repacked_weights_are_refused_before_a_context_exists(tiny_model_path: Path) -> None:
+def test_repacked_weights_without_the_mode_are_refused_before_a_context_exists(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_path: Path
+) -> None:
+    """Weights a build repacks into AMX (or KleidiAI) meet kernels with no batch-invariant
+    mode: refused, naming the buffer type (CPU_REPACK's have the mode: patch 0011)."""
     with sk.Model(tiny_model_path, repack=True) as repacked:
-        with pytest.raises(ConfigError, match=r"repack=True"):
+        monkeypatch.setattr(repacked, "repacked_without_invariance", ("AMX",))
+        with pytest.raises(ConfigError, match=r"repack=True.*repacks into AMX"):
             sk.Context(repacked, n_ctx=256, batch_invariant=True)
-        with pytest.raises(ConfigError, match=r"repack=True"):
+        with pytest.raises(ConfigError, match=r"repack=True.*repacks into AMX"):
             Pipeline(repacked, exact=True)  # (exact=None, the default, runs it plain)
 
 

@@ -26,6 +26,7 @@ KERNEL_TESTS = (
     "tests/native/test_skinny_gemm.py",
     "tests/native/test_bi_attention.py",
     "tests/native/test_kquant_rows.py",
+    "tests/native/test_repack_rows.py",
     "tests/native/test_batch_invariant_tiny.py",
 )
 VARIANTS = sorted(

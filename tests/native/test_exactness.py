@@ -12,7 +12,7 @@ import swarmkv as sk
 from swarmkv import Pipeline
 from swarmkv.errors import ConfigError
 from swarmkv.llama import exactness
-from swarmkv.llama.cpu_backend import switch_range
+from swarmkv.llama.cpu_backend import repack_without_invariance, switch_range
 from swarmkv.llama.exactness import resolve_exact
 from swarmkv.llama.kernel_switches import KERNEL_SWITCHES
 
@@ -41,11 +41,29 @@ def test_exact_none_is_plain_with_a_device_that_has_no_invariant_mode(
         assert pipe.exact is False and pipe.base.batch_invariant is False
 
 
-def test_exact_none_is_plain_for_repacked_weights(tiny_model_path: Path) -> None:
+def test_repacked_weights_stay_exact_where_cpu_repack_is_the_only_layout(
+    tiny_model_path: Path,
+) -> None:
+    """CPU_REPACK's kernels have a batch-invariant mode (patch 0011): a repacked model runs
+    exact by default on a build whose only extra buffer type is CPU_REPACK."""
     with sk.Model(tiny_model_path, repack=True) as repacked:
+        if repacked.repacked_without_invariance:  # an AMX build: the next test's case, for real
+            pytest.skip(f"this build also repacks into {repacked.repacked_without_invariance}")
+        assert repack_without_invariance() == []
         with Pipeline(repacked, n_ctx=256) as pipe:
-            assert pipe.exact is False and "repacked" in pipe.exact_choice.reason
-        with pytest.raises(ConfigError, match="repack=True"):
+            assert pipe.exact is True and pipe.base.batch_invariant is True
+
+
+def test_exact_none_is_plain_where_weights_go_to_kernels_without_the_mode(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_path: Path
+) -> None:
+    """A build that also repacks into AMX (an Intel CPU with AMX): exact=None runs plain,
+    exact=True is refused before a context exists, naming the buffer type."""
+    with sk.Model(tiny_model_path, repack=True) as repacked:
+        monkeypatch.setattr(repacked, "repacked_without_invariance", ("AMX",))
+        with Pipeline(repacked, n_ctx=256) as pipe:
+            assert pipe.exact is False and "repacked for AMX" in pipe.exact_choice.reason
+        with pytest.raises(ConfigError, match=r"repack=True.*repacks into AMX"):
             Pipeline(repacked, n_ctx=256, exact=True)
 
 

@@ -243,7 +243,13 @@ def test_run_flags_past_int32_are_refused_before_loading(
 
 def _model_stub() -> Any:
     """What ContextConfig.validate reads of a Model, for a model that takes any n_ctx."""
-    return SimpleNamespace(n_ctx_train=2**40, path=Path("stub.gguf"), n_swa=0, repack=False)
+    return SimpleNamespace(
+        n_ctx_train=2**40,
+        path=Path("stub.gguf"),
+        n_swa=0,
+        repack=False,
+        repacked_without_invariance=(),
+    )
 
 
 @pytest.mark.parametrize(

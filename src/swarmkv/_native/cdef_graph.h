@@ -1,6 +1,7 @@
 /* A one-op ggml graph on a backend: enough to run a single kernel (MUL_MAT, FLASH_ATTN_EXT)
  * on chosen inputs. Tests use it to check the CPU kernels that decode steps rely on
- * (tests/native/test_skinny_gemm.py, test_bi_attention.py); the library itself never builds
+ * (tests/native/test_skinny_gemm.py, test_bi_attention.py, test_repack_rows.py: weights in the
+ * CPU backend's repack buffer type); the library itself never builds
  * graphs. All of these live in libggml-base, which every build links. */
 typedef struct ggml_backend * ggml_backend_t;
 struct ggml_init_params {
@@ -29,6 +30,8 @@ ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * par
 void ggml_backend_free(ggml_backend_t backend);
 ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors(struct ggml_context * ctx,
                                                      ggml_backend_t backend);
+ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors_from_buft(struct ggml_context * ctx,
+                                                              ggml_backend_buffer_type_t buft);
 void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, size_t offset,
                              size_t size);
 void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset,

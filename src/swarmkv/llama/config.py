@@ -159,14 +159,17 @@ class ContextConfig:
     def _check_batch_invariant(self, model: Model) -> None:
         # The invariant kernels exist for the CPU path only: flash attention one query row at
         # a time (the softmax without it sums in SIMD lanes set by the cell index) and weights
-        # as stored (repacked kernels treat row blocks and lone rows differently).
+        # as stored or in CPU_REPACK's layout (patch 0011); AMX's and KleidiAI's kernels treat
+        # row blocks and lone rows differently.
         if self.flash_attn == "off":
             raise ConfigError("batch_invariant=True needs flash attention: flash_attn='off' given")
-        if model.repack:
+        others = model.repacked_without_invariance
+        if others:
             raise ConfigError(
-                f"batch_invariant=True needs weights without repacking: {model.path.name} was "
-                "loaded with Model(path, repack=True); load it without repack=True, or pass "
-                "exact=False (Pipeline) / batch_invariant=False"
+                f"batch_invariant=True with repacked weights: {model.path.name} was loaded with "
+                f"Model(path, repack=True), and this CPU backend repacks into {', '.join(others)}, "
+                "whose kernels have no batch-invariant mode; load it without repack=True, or "
+                "pass exact=False (Pipeline) / batch_invariant=False"
             )
 
     @property

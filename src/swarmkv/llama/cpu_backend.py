@@ -2,8 +2,9 @@
 
 They live in the CPU backend library, which a portable build loads at run time (one variant
 per instruction-set level), so the binding cannot link them: ggml_backend_reg_get_proc_address
-hands them out by name. Used for the kernel switches' ranges (kernel_switches.py) and, by the
-kernel tests and benchmarks, for a bare CPU backend.
+hands them out by name. Used for the kernel switches' ranges (kernel_switches.py), for the
+buffer types a repacked model's weights go to and, by the kernel tests and benchmarks, for a
+bare CPU backend.
 """
 
 from __future__ import annotations
@@ -29,6 +30,31 @@ def cpu_proc(name: str, signature: str) -> Any:
 def switch_id(name: str) -> int:
     """The enum ggml_cpu_switch value of a switch named in KERNEL_SWITCHES."""
     return int(getattr(lib, KERNEL_SWITCHES[name]))
+
+
+# The extra buffer types whose kernels have a batch-invariant mode (patch 0011: CPU_REPACK's
+# gemm in tiles of 4 rows). Model(repack=True) puts weights in every extra buffer type that
+# takes them; any other (AMX on a build for AMX CPUs, KleidiAI on Arm) keeps kernels whose
+# sums depend on the batch.
+INVARIANT_WEIGHT_BUFFERS = frozenset({"CPU_REPACK"})
+
+
+def extra_buffer_types() -> list[str]:
+    """Names of the CPU backend's extra buffer types, in the order weights try them."""
+    get = cpu_proc(
+        "ggml_backend_dev_get_extra_bufts", "ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)"
+    )
+    bufts = get(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
+    names: list[str] = []
+    while bufts != ffi.NULL and bufts[len(names)] != ffi.NULL:
+        names.append(ffi.string(lib.ggml_backend_buft_name(bufts[len(names)])).decode())
+    return names
+
+
+def repack_without_invariance() -> list[str]:
+    """The extra buffer types a repacked model may use whose kernels have no batch-invariant
+    mode: none means a batch-invariant context may take repacked weights."""
+    return [name for name in extra_buffer_types() if name not in INVARIANT_WEIGHT_BUFFERS]
 
 
 def switch_range(name: str) -> tuple[int, int, int]:

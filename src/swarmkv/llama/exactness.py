@@ -44,7 +44,7 @@ def devices_without_invariance() -> list[str]:
 
 def resolve_exact(exact: bool | None, model: Model | None = None) -> ExactChoice:
     """exact as given, or for None: True when every backend has a batch-invariant mode and
-    the model's weights are not repacked (the invariant kernels read them as stored).
+    the model's weights, if repacked, went to buffers whose kernels have one (CPU_REPACK's).
     exact=True with a device that has no such mode is a ConfigError here, before any model
     or context is made."""
     if exact is False:
@@ -60,8 +60,10 @@ def resolve_exact(exact: bool | None, model: Model | None = None) -> ExactChoice
         return ExactChoice(True, "asked for")
     if others:
         choice = ExactChoice(False, f"{', '.join(others)} has no batch-invariant mode")
-    elif model is not None and model.repack:
-        choice = ExactChoice(False, f"{model.path.name} was loaded with repacked weights")
+    elif model is not None and (slow := model.repacked_without_invariance):
+        choice = ExactChoice(
+            False, f"{model.path.name} was repacked for {', '.join(slow)} (no batch-invariant mode)"
+        )
     else:
         choice = ExactChoice(True, "every backend is the CPU's")
     log.info("exact=None: %s kernels (%s)", "batch-invariant" if choice.exact else "plain",
@@ -74,7 +76,7 @@ def model_for(
 ) -> tuple[Model, ExactChoice]:
     """The model to run (the one given, or loaded from a path or the default one) and what
     exact came to. A model loaded here is repacked only for plain kernels (the invariant ones
-    read weights as stored); the caller owns it."""
+    are written for weights as stored: patches 0004 and 0008); the caller owns it."""
     if isinstance(model, Model):
         return model, resolve_exact(exact, model)
     choice = resolve_exact(exact)

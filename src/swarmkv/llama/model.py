@@ -23,6 +23,7 @@ from ..errors import (
     NativeCallError,
     SwarmKVError,
 )
+from .cpu_backend import repack_without_invariance
 from .owned import Owned
 
 if TYPE_CHECKING:
@@ -67,10 +68,12 @@ TOKEN_ATTR_STRIP = int(lib.LLAMA_TOKEN_ATTR_LSTRIP | lib.LLAMA_TOKEN_ATTR_RSTRIP
 class Model(Owned):
     """A GGUF model loaded by llama.cpp. Thread-safe to share between contexts.
 
-    The weights are used as stored (llama_model_params.use_extra_bufts = false), which
-    batch-invariant contexts need: the repacked row-block kernels sum a lone row and a block
-    of rows differently. repack=True repacks them for those kernels: a faster prefill for
-    contexts that are not batch-invariant (Pipeline(exact=False)).
+    The weights are used as stored (llama_model_params.use_extra_bufts = false), the layout
+    SwarmKV's batch-invariant kernels are written for. repack=True moves the weights the CPU
+    backend's extra buffer types take into them (CPU_REPACK: Q4_0, Q4_K, ... interleaved for
+    its gemm): llama.cpp's fastest plain kernels (Pipeline(exact=False)). Batch-invariant
+    contexts take CPU_REPACK's weights too (patch 0011) but refuse AMX's or KleidiAI's
+    (docs/concepts/exactness.md).
     """
 
     def __init__(
@@ -83,6 +86,11 @@ class Model(Owned):
         self.path = Path(path).expanduser().resolve()
         _check_gguf_file(self.path)
         self.repack = repack
+        # the buffer types this model's weights may be repacked into whose kernels have no
+        # batch-invariant mode (AMX, KleidiAI): batch-invariant contexts refuse the model
+        self.repacked_without_invariance: tuple[str, ...] = (
+            tuple(repack_without_invariance()) if repack else ()
+        )
         params = lib.llama_model_default_params()
         params.use_extra_bufts = repack
         if n_gpu_layers is not None:
