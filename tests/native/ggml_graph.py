@@ -109,18 +109,9 @@ def weight_product(
 def repack_buffer_type() -> Any:
     """The CPU backend's repack buffer type (CPU_REPACK: weights interleaved for its gemm and
     gemv kernels, what Model(repack=True) loads into), or None in a build without one."""
-    from swarmkv.llama.cpu_backend import cpu_proc
+    from swarmkv.llama.cpu_backend import extra_buffer_type_handles
 
-    extra = cpu_proc(
-        "ggml_backend_dev_get_extra_bufts", "ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)"
-    )
-    bufts = extra(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
-    i = 0
-    while bufts != ffi.NULL and bufts[i] != ffi.NULL:
-        if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":
-            return bufts[i]
-        i += 1
-    return None
+    return extra_buffer_type_handles().get("CPU_REPACK")
 
 
 @contextmanager

@@ -39,16 +39,23 @@ def switch_id(name: str) -> int:
 INVARIANT_WEIGHT_BUFFERS = frozenset({"CPU_REPACK"})
 
 
-def extra_buffer_types() -> list[str]:
-    """Names of the CPU backend's extra buffer types, in the order weights try them."""
+def extra_buffer_type_handles() -> dict[str, Any]:
+    """The CPU backend's extra buffer types by name (ggml_backend_buffer_type_t), in the
+    order weights try them."""
     get = cpu_proc(
         "ggml_backend_dev_get_extra_bufts", "ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)"
     )
     bufts = get(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
-    names: list[str] = []
-    while bufts != ffi.NULL and bufts[len(names)] != ffi.NULL:
-        names.append(ffi.string(lib.ggml_backend_buft_name(bufts[len(names)])).decode())
-    return names
+    handles: dict[str, Any] = {}
+    while bufts != ffi.NULL and bufts[len(handles)] != ffi.NULL:
+        buft = bufts[len(handles)]
+        handles[ffi.string(lib.ggml_backend_buft_name(buft)).decode()] = buft
+    return handles
+
+
+def extra_buffer_types() -> list[str]:
+    """Names of the CPU backend's extra buffer types, in the order weights try them."""
+    return list(extra_buffer_type_handles())
 
 
 def repack_without_invariance() -> list[str]:
