@@ -68,4 +68,7 @@ if [[ ! -x "$BIN" ]]; then
     echo "build_llama_server.sh: expected $BIN after the build, not found" >&2
     exit 1
 fi
+# The tree's stamp (the lock's commit and the patches applied, in order) beside the binary:
+# the benchmarks record it as the peer's patches (swarmkv_bench.serve_systems.binary_info).
+cp "$SRC/.swarmkv-stamp" "$BIN.swarmkv-stamp"
 echo "$BIN"

@@ -116,9 +116,26 @@ def cpu_section(work: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def peer_binary_lines(info: dict[str, Any] | None) -> list[str]:
+    """The llama-server peers' binary and its tree's patches (built apart from SwarmKV's
+    library, so they may differ from the provenance block's)."""
+    if info is None:
+        return []
+    tree = info.get("tree")
+    patches = (
+        ", ".join(p.split("-", 1)[0] for p in tree["patches"]) or "none"
+        if tree
+        else "unknown (no stamp beside the binary: not built by bench/build_llama_server.sh)"
+    )
+    commit = tree["commit"] if tree else "unknown"
+    binary = info["binary"]
+    return [f"- peers' llama-server: {binary}; llama.cpp commit: {commit}, patches: {patches}"]
+
+
 def write_report(result: dict[str, Any], out: Path) -> list[Path]:
     """serve_report.md and the plots; returns the paths written."""
-    lines = ["# swarmkv bench --serve", "", *summary_lines(result["provenance"]), ""]
+    lines = ["# swarmkv bench --serve", "", *summary_lines(result["provenance"])]
+    lines += [*peer_binary_lines(result.get("peer_binary")), ""]
     lines += [
         "Utilization is offered tokens/s over the system's most tokens/s at any rate of the "
         "run (a burst, with --burst); past capacity, a system's latency is set by the burst "

@@ -174,10 +174,31 @@ BUILD_KEYS = re.compile(
 )
 
 
+STAMP_SUFFIX = ".swarmkv-stamp"  # bench/build_llama_server.sh writes BINARY + this
+
+
+def parse_stamp(text: str) -> dict[str, Any]:
+    """vendor/fetch_llama_cpp.py's tree stamp: `package==version sha256 commit name:hash,...`
+    (no patches field for an unpatched tree). Returns the commit and the patches' names."""
+    fields = text.split()
+    if len(fields) not in (3, 4) or "==" not in fields[0]:
+        raise ValueError(f"not a tree stamp: {text[:200]!r}")
+    names = [p.rsplit(":", 1)[0] for p in fields[3].split(",")] if len(fields) == 4 else []
+    return {"source": fields[0], "commit": fields[2], "patches": names}
+
+
+def source_stamp(binary: Path) -> dict[str, Any] | None:
+    """The vendored tree a peer binary was built from, as build_llama_server.sh stamped it
+    beside the binary; None for a binary built another way (its patches are then unknown:
+    the SwarmKV library's own may differ, built at another time)."""
+    path = Path(str(binary.resolve()) + STAMP_SUFFIX)
+    return parse_stamp(path.read_text()) if path.is_file() else None
+
+
 def binary_info(binary: Path) -> dict[str, Any]:
-    """A peer binary's provenance: its --version, and the build switches of the CMake tree it
-    was built in (bench/build_llama_server.sh: BUILD/bin/llama-server beside BUILD's cache).
-    The patches are the provenance block's: the same vendored tree."""
+    """A peer binary's provenance: its --version, the tree it was built from with its patches
+    (`source_stamp`), and the build switches of the CMake tree it was built in
+    (bench/build_llama_server.sh: BUILD/bin/llama-server beside BUILD's cache)."""
     proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
     cache = binary.resolve().parent.parent / "CMakeCache.txt"
     flags = {}
@@ -189,5 +210,6 @@ def binary_info(binary: Path) -> dict[str, Any]:
         "binary": str(binary),
         "version": (proc.stdout + proc.stderr).strip().splitlines()[-2:],
         "cmake_cache": str(cache) if cache.is_file() else None,
+        "tree": source_stamp(binary),
         "build_flags": flags,
     }

@@ -12,8 +12,9 @@ import pytest
 from swarmkv.errors import ConfigError
 from swarmkv_bench.serve_bench import rotated
 from swarmkv_bench.serve_load import Request
-from swarmkv_bench.serve_report import targets_section
+from swarmkv_bench.serve_report import peer_binary_lines, targets_section
 from swarmkv_bench.serve_stats import add_utilization, in_flight, run_stats, summarize
+from swarmkv_bench.serve_systems import STAMP_SUFFIX, binary_info, parse_stamp
 from swarmkv_bench.serve_targets import keeps_up_rate, operating_rate, targets
 from swarmkv_bench.serve_workloads import Shapes, Workload, arrival_times, build, varied_text
 
@@ -317,3 +318,34 @@ def test_a_run_with_no_target_says_so_instead_of_an_empty_block() -> None:
     }
     body = targets_section([judged])[2:-1]
     assert body[0] == body[-1] == "```" and "FAIL" in body[1] and "1.08 [1.03-1.21]" in body[1]
+
+
+STAMP = (
+    "llama-cpp-python==0.3.36 832db069 0c1e5709 "
+    "0001-llama-keep-a-sequence.patch:188901d0785686b3,0012-server-keep.patch:9ce0505fa8600743\n"
+)
+
+
+def test_a_peer_binary_names_the_patches_its_tree_was_stamped_with(tmp_path: Path) -> None:
+    # a stand-in for llama-server: answers --version like it, stamped as the build script does
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\necho 'version: 1 (build 2, commit 0c1e5709)'\necho built\n")
+    binary.chmod(0o755)
+    assert binary_info(binary)["tree"] is None  # built another way: patches unknown
+    assert "unknown" in peer_binary_lines(binary_info(binary))[0]
+    Path(str(binary) + STAMP_SUFFIX).write_text(STAMP)
+    info = binary_info(binary)
+    assert info["tree"] == {
+        "source": "llama-cpp-python==0.3.36",
+        "commit": "0c1e5709",
+        "patches": ["0001-llama-keep-a-sequence.patch", "0012-server-keep.patch"],
+    }
+    assert peer_binary_lines(info)[0].endswith("commit: 0c1e5709, patches: 0001, 0012")
+    assert peer_binary_lines(None) == []  # no peer in the run
+
+
+def test_a_stamp_without_patches_and_a_file_that_is_no_stamp() -> None:
+    assert parse_stamp("llama-cpp-python==0.3.36 832db069 0c1e5709\n")["patches"] == []
+    with pytest.raises(ValueError, match="not a tree stamp"):
+        parse_stamp("hello world")
