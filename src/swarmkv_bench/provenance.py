@@ -23,7 +23,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,11 @@ def provenance(command: str, model: str | Path | None = None) -> dict[str, Any]:
     }
 
 
+def patch_numbers(patches: Iterable[str]) -> str:
+    """Patches (file names, with or without `:hash`) as a report writes them: "0001, 0002"."""
+    return ", ".join(p.split("-", 1)[0] for p in patches)
+
+
 def summary_lines(block: dict[str, Any]) -> list[str]:
     """The block as the lines a report or results page shows (Markdown list items)."""
     cpu = block["cpu"]
@@ -157,7 +162,7 @@ def summary_lines(block: dict[str, Any]) -> list[str]:
         f"- command: `{block['command']}`",
         f"- swarmkv commit: {block['swarmkv_commit']}",
         f"- llama.cpp commit: {block['llama_cpp_commit']}, patches: "
-        + ", ".join(p.split("-", 1)[0] for p in block["patches"]),
+        + patch_numbers(block["patches"]),
         f"- CPU: {cpu['model_name']} (family {cpu['family']}, model {cpu['model']}), "
         f"{cpu['logical_cores']} logical cores; flags: {' '.join(flags)}",
         f"- ggml CPU features: {' '.join(block['ggml_cpu_features'])}",

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from . import cpu_split
-from .provenance import summary_lines
+from .provenance import patch_numbers, summary_lines
 
 COLUMNS = (
     ("offered tok/s", None),
@@ -123,7 +123,7 @@ def peer_binary_lines(info: dict[str, Any] | None) -> list[str]:
         return []
     tree = info.get("tree")
     patches = (
-        ", ".join(p.split("-", 1)[0] for p in tree["patches"]) or "none"
+        patch_numbers(tree["patches"]) or "none"
         if tree
         else "unknown (no stamp beside the binary: not built by bench/build_llama_server.sh)"
     )

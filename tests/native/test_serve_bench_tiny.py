@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from unit.vendor_scripts import load
 
 from support.proc import run, swarmkv_cmd
 
@@ -25,12 +26,6 @@ def _bench(model: Path, out: Path, *args: str) -> tuple[dict[str, Any], str]:
     proc = run(cmd, cwd=out, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "serve.json").read_text()), proc.stdout
-
-
-def _series() -> list[str]:
-    series = Path(__file__).resolve().parents[2] / "vendor" / "patches" / "series"
-    lines = (line.strip() for line in series.read_text().splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
 
 
 def _runs(result: dict[str, Any], workload: str) -> list[dict[str, Any]]:
@@ -69,7 +64,8 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
     if peers == "all":
         assert result["peer_binary"]["build_flags"]["GGML_NATIVE"] in ("ON", "OFF")
         # built by bench/build_llama_server.sh from the vendored tree: its patches are the series
-        assert result["peer_binary"]["tree"]["patches"] == _series()
+        series = load("patch_series").read_series()
+        assert result["peer_binary"]["tree"]["patches"] == [p.name for p in series]
         assert {t["workload"] for t in result["targets"]} == {"shared", "multiturn"}
         assert all(t["per_seed"] and len(t["per_seed"]) == 2 for t in result["targets"])
     oh = result["http_overhead"]
