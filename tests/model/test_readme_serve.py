@@ -13,7 +13,7 @@ import pytest
 
 from support.serving import serve_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

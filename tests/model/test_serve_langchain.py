@@ -14,7 +14,7 @@ from langchain_openai import ChatOpenAI
 
 from support.serving import serve_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.model]
+pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.serve]
 ARGS = ["-c", "2048", "-t", "2"]
 KEY = "sk-langchain-test-key"
 PROMPT = "Say hi"

@@ -16,7 +16,7 @@ from swarmkv_bench.workload import document, prompts_for
 
 from support.serving import serve_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
 ARGS = ["-c", "8192", "-t", "2", "--max-live", "16"]
 
 

@@ -14,7 +14,7 @@ from unit.vendor_scripts import load
 
 from support.proc import run, swarmkv_cmd
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
 
 
 SMALL = ("--agents", "4", "-n", "4", "--doc-tokens", "200", "--multiturn", "3x3",

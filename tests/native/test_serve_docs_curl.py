@@ -17,7 +17,7 @@ import pytest
 
 from support.serving import Served, serve_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "serve.md"
 DOC_ADDRESS = "127.0.0.1:8000"

@@ -28,7 +28,7 @@ from PIL import Image
 
 from support.serving import Served, serve_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
 
 KEY = "sk-page-test-0123456789"
 STREAMS = 6

@@ -23,7 +23,7 @@ from support.proc import child_env
 
 pytest.importorskip("ray", reason="the [test] extra installs ray; this install lacks it")
 
-pytestmark = pytest.mark.slow  # the slow tier: Ray
+pytestmark = [pytest.mark.slow, pytest.mark.serve]  # the slow tier: Ray
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -32,7 +32,7 @@ from support.tinymodel import make_tiny_model
 
 ray = pytest.importorskip("ray", reason="the [test] extra installs ray; this install lacks it")
 
-pytestmark = pytest.mark.slow  # the slow tier: Ray
+pytestmark = [pytest.mark.slow, pytest.mark.serve]  # the slow tier: Ray
 
 # tokens of each request: the killed replica's decode for seconds, the survivor's for less
 LONG = {"p": 4000, "q": 1000}

@@ -49,7 +49,7 @@ from swarmkv.serve.http.schemas import Structured
 
 from support.serving import Served, serve_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serve]
 
 MAX_TOKENS = 8  # generated max_tokens above this are lowered to it (see `bounded`)
 MAX_N = 4  # likewise n: the fuzz is about the HTTP layer, not decode throughput
