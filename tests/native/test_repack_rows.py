@@ -2,10 +2,10 @@
 (CPU_REPACK, what Model(repack=True) loads into) interleaves Q4_K, Q4_0, IQ4_NL and MXFP4
 weights (and, with AVX-512, Q2_K) 8 rows at a time for its gemm and gemv kernels (AVX2 and up).
 Upstream sends the activation rows past a multiple of 4 through gemv and, with AVX-512, groups
-of 16 rows through a 16-row path; Q4_K's sum a row differently, so a row's bits depended on its
-batch. In batch-invariant mode every row now goes through the 4-row gemm, a short last tile
-padded: a row's bits are the same alone and in any batch, at any thread count, and the
-products are right, for every type this CPU repacks."""
+of 16 rows through a 16-row path; Q4_K's and Q2_K's sum a row differently, so a row's bits
+depended on its batch. In batch-invariant mode every row now goes through the 4-row gemm, a
+short last tile padded: a row's bits are the same alone and in any batch, at any thread count,
+and the products are right, for every type this CPU repacks."""
 
 from __future__ import annotations
 
