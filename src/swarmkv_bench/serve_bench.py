@@ -136,9 +136,11 @@ def run_workload(opts: ServeBenchOptions, work: Workload, model: Any) -> dict[st
     systems += list(opts.peers if opts.llama_server else ())
     runs = []
     for rate in opts.rates:
-        # a burst sends every agent at once: the seed moves no arrival, one run says it all
-        seeds = opts.seeds if math.isfinite(rate) else opts.seeds[:1]
-        for k, seed in enumerate(seeds):
+        # a burst runs at every seed too: the seed moves no arrival there, but the order in
+        # which a server's queue takes the simultaneous requests differs from run to run, and
+        # with it what a server computes (bench/restore_burst.py: the saved-slots peer's
+        # burst recomputed 0 to 8 heads over 4 runs of one binary)
+        for k, seed in enumerate(opts.seeds):
             for kernels in opts.kernels:
                 setup = Setup(opts.model, opts.threads, kernels, opts.llama_server)
                 runs += [one_run(n, setup, work, size, rate, seed) for n in rotated(systems, k)]

@@ -116,9 +116,12 @@ def cpu_section(work: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def peer_binary_lines(info: dict[str, Any] | None) -> list[str]:
+def peer_binary_lines(
+    info: dict[str, Any] | None, library: dict[str, Any] | None = None
+) -> list[str]:
     """The llama-server peers' binary and its tree's patches (built apart from SwarmKV's
-    library, so they may differ from the provenance block's)."""
+    library, so they may differ from the provenance block's). library: that provenance
+    block; the line then says whether the peers' tree and the library's are the same."""
     if info is None:
         return []
     tree = info.get("tree")
@@ -129,13 +132,35 @@ def peer_binary_lines(info: dict[str, Any] | None) -> list[str]:
     )
     commit = tree["commit"] if tree else "unknown"
     binary = info["binary"]
-    return [f"- peers' llama-server: {binary}; llama.cpp commit: {commit}, patches: {patches}"]
+    line = f"- peers' llama-server: {binary}; llama.cpp commit: {commit}, patches: {patches}"
+    if tree and library:
+        line += "; " + tree_against_library(tree, library)
+    return [line]
+
+
+def tree_against_library(tree: dict[str, Any], library: dict[str, Any]) -> str:
+    """Whether the peers' tree is the library's: the same commit and the same patches, each
+    with the same hash (a stamp from before hashes were kept compares by name only)."""
+    if tree["commit"] != library["llama_cpp_commit"]:
+        return f"another llama.cpp commit than SwarmKV's library ({library['llama_cpp_commit']})"
+    hashed = all(":" in p for p in tree["patches"])
+    key = (lambda p: p) if hashed else (lambda p: p.rsplit(":", 1)[0])
+    peer = {key(p) for p in tree["patches"]}
+    lib = {key(p) for p in library["patches"]}
+    if peer == lib:
+        return "the same tree as SwarmKV's library" + ("" if hashed else " (patch names)")
+    only_peer = patch_numbers(sorted(peer - lib)) or "none"
+    only_lib = patch_numbers(sorted(lib - peer)) or "none"
+    return (  # a patch changed in between shows on both sides
+        f"not SwarmKV's library's tree (only the peers': {only_peer}; "
+        f"only the library's: {only_lib})"
+    )
 
 
 def write_report(result: dict[str, Any], out: Path) -> list[Path]:
     """serve_report.md and the plots; returns the paths written."""
     lines = ["# swarmkv bench --serve", "", *summary_lines(result["provenance"])]
-    lines += [*peer_binary_lines(result.get("peer_binary")), ""]
+    lines += [*peer_binary_lines(result.get("peer_binary"), result["provenance"]), ""]
     lines += [
         "Utilization is offered tokens/s over the system's most tokens/s at any rate of the "
         "run (a burst, with --burst); past capacity, a system's latency is set by the burst "

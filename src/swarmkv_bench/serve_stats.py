@@ -132,10 +132,10 @@ def cpu_per_token(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
 
 def add_utilization(runs: Sequence[dict[str, Any]]) -> None:
     """Each run's utilization: its offered tokens/s over the system's capacity, the most
-    tokens/s that system reached on this workload at any rate and seed (a burst, where one
-    was run: it runs at the first seed only, and a seed moves only arrival times, so it is
-    every seed's capacity). Over 1 the system is past capacity, and its latency is the
-    burst's, not its scheduler's."""
+    tokens/s that system reached on this workload at any rate and seed (a burst's, where
+    one was run: its best run is every seed's capacity, since a seed moves only arrival
+    times). Over 1 the system is past capacity, and its latency is the burst's, not its
+    scheduler's."""
     best: dict[tuple[str, str], float] = {}
     for r in runs:
         key = (r["system"], r["kernels"])

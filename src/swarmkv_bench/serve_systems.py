@@ -179,12 +179,14 @@ STAMP_SUFFIX = ".swarmkv-stamp"  # bench/build_llama_server.sh writes BINARY + t
 
 def parse_stamp(text: str) -> dict[str, Any]:
     """vendor/fetch_llama_cpp.py's tree stamp: `package==version sha256 commit name:hash,...`
-    (no patches field for an unpatched tree). Returns the commit and the patches' names."""
+    (no patches field for an unpatched tree). Returns the commit and the patches as stamped,
+    `name:hash`: the form the library's own build info records (build_ffi.applied_patches,
+    which reads the same stamp at build time), so the two compare entry for entry."""
     fields = text.split()
     if len(fields) not in (3, 4) or "==" not in fields[0]:
         raise ValueError(f"not a tree stamp: {text[:200]!r}")
-    names = [p.rsplit(":", 1)[0] for p in fields[3].split(",")] if len(fields) == 4 else []
-    return {"source": fields[0], "commit": fields[2], "patches": names}
+    patches = [p for p in fields[3].split(",") if p] if len(fields) == 4 else []
+    return {"source": fields[0], "commit": fields[2], "patches": patches}
 
 
 def source_stamp(binary: Path) -> dict[str, Any] | None:

@@ -144,10 +144,10 @@ def test_utilization_is_offered_over_the_most_the_system_reached() -> None:
     assert all(r["capacity_tokens_per_s"] == 50.0 for r in runs)
 
 
-def test_the_burst_of_the_first_seed_is_every_seeds_capacity() -> None:
-    # a burst runs at the first seed only; a later seed's rate must not be its own capacity
+def test_the_best_burst_is_every_seeds_capacity() -> None:
+    # a seed's rate must not be its own capacity: the best burst of any seed is every seed's
     runs = [_run("swarmkv", 1.0, seed, 16.0, 100, 2) for seed in (0, 1, 2)]
-    runs.append(_run("swarmkv", "burst", 0, 128.0, 900, 8))
+    runs += [_run("swarmkv", "burst", seed, tps, 900, 8) for seed, tps in ((0, 96.0), (1, 128.0))]
     add_utilization(runs)
     assert [r["utilization"] for r in runs[:3]] == [10 / 128] * 3  # offered: rate x 10
     assert all(r["capacity_tokens_per_s"] == 128.0 for r in runs)
@@ -217,7 +217,7 @@ def test_ray_replicas_are_judged_against_one_server_and_never_as_a_peer() -> Non
     assert ttft["per_seed"] == [10.0, 10.0]  # against server-np1, not the ray's 1 ms
 
 
-def test_a_burst_runs_once_whatever_the_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_burst_runs_at_every_seed_like_a_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     from swarmkv_bench import serve_bench
 
     calls: list[tuple[str, Any, int]] = []
@@ -241,8 +241,12 @@ def test_a_burst_runs_once_whatever_the_seeds(monkeypatch: pytest.MonkeyPatch) -
                                   (1, ("swarmkv-ray2", "swarmkv")),
                                   (2, ("swarmkv", "swarmkv-ray2"))) for n in ns
     ]  # fmt: skip
+    # a burst repeats per seed: a server's queue takes simultaneous requests in another order
+    # each run (the systems' order rotates as at a rate)
     assert [c for c in calls if c[1] == math.inf] == [
-        ("swarmkv", math.inf, 0), ("swarmkv-ray2", math.inf, 0)
+        (n, math.inf, s) for s, ns in ((0, ("swarmkv", "swarmkv-ray2")),
+                                       (1, ("swarmkv-ray2", "swarmkv")),
+                                       (2, ("swarmkv", "swarmkv-ray2"))) for n in ns
     ]  # fmt: skip
 
 
@@ -339,10 +343,39 @@ def test_a_peer_binary_names_the_patches_its_tree_was_stamped_with(tmp_path: Pat
     assert info["tree"] == {
         "source": "llama-cpp-python==0.3.36",
         "commit": "0c1e5709",
-        "patches": ["0001-llama-keep-a-sequence.patch", "0012-server-keep.patch"],
+        "patches": [  # as stamped, with each patch's hash, like the library's build info
+            "0001-llama-keep-a-sequence.patch:188901d0785686b3",
+            "0012-server-keep.patch:9ce0505fa8600743",
+        ],
     }
     assert peer_binary_lines(info)[0].endswith("commit: 0c1e5709, patches: 0001, 0012")
     assert peer_binary_lines(None) == []  # no peer in the run
+
+
+def _library(commit: str, patches: list[str]) -> dict[str, object]:
+    return {"llama_cpp_commit": commit, "patches": patches}
+
+
+def test_a_peer_line_says_whether_the_peers_tree_is_the_librarys() -> None:
+    tree = parse_stamp(STAMP)
+    info = {"binary": "llama-server", "tree": tree}
+    same = peer_binary_lines(info, _library("0c1e5709", list(tree["patches"])))[0]
+    assert same.endswith("patches: 0001, 0012; the same tree as SwarmKV's library")
+    changed = [tree["patches"][0], "0012-server-keep.patch:0000000000000000"]  # edited since
+    line = peer_binary_lines(info, _library("0c1e5709", changed))[0]
+    assert line.endswith("(only the peers': 0012; only the library's: 0012)")
+    fewer = peer_binary_lines(info, _library("0c1e5709", tree["patches"][:1]))[0]
+    assert fewer.endswith("(only the peers': 0012; only the library's: none)")
+    other = peer_binary_lines(info, _library("ffffffff", list(tree["patches"])))[0]
+    assert other.endswith("another llama.cpp commit than SwarmKV's library (ffffffff)")
+
+
+def test_a_peer_stamped_by_name_only_compares_by_name() -> None:
+    # results written before stamps kept hashes hold names only: compared by name, and said so
+    tree = {"commit": "0c1e5709", "patches": ["0001-a.patch", "0012-b.patch"]}
+    library = _library("0c1e5709", ["0001-a.patch:11", "0012-b.patch:22"])
+    line = peer_binary_lines({"binary": "x", "tree": tree}, library)[0]
+    assert line.endswith("the same tree as SwarmKV's library (patch names)")
 
 
 def test_a_stamp_without_patches_and_a_file_that_is_no_stamp() -> None:
