@@ -5,7 +5,8 @@
 |---------------------|-------------------------------|----------------------------------|
 | swarmkv             | (`swarmkv serve --max-live 16`) | POST /v1/warm, each head       |
 | server-np1          | -np 1, its prompt cache       | each head once                   |
-| server-np16-unified | -np 16 --kv-unified           | 16 copies of the heads at once   |
+| server-np16-unified | -np 16 --kv-unified,          | 16 copies of the heads at once   |
+|                     | --no-cache-idle-slots         |                                  |
 | server-np16         | -np 16, a KV cache per slot   | 16 copies of the heads at once   |
 | server-np16-restore | -np 16, a KV cache per slot,  | each head prefilled once, saved, |
 |                     | --slot-save-path              | restored into the other slots    |
@@ -58,6 +59,13 @@ SWARMKV_SYSTEMS = ("swarmkv", RAY_SYSTEM)  # warmed through POST /v1/warm
 SYSTEMS = (*SWARMKV_SYSTEMS, *PEERS)
 KERNELS = ("exact", "plain")
 MAX_LIVE = 16
+# A unified peer keeps its idle slots' prompts. By default (--cache-idle-slots) llama-server
+# with --kv-unified saves every idle slot into its RAM prompt cache at each task launch and
+# clears it from the shared buffer; a cache entry then moves into the one slot that loads it,
+# so in a burst on one head all but the first few requests computed the head again
+# (docs/results/serve-scale.md, the unified peer at its best). The clearing frees the shared
+# buffer for live slots; these peers' buffer holds every slot's longest prompt anyway.
+KEEP_IDLE_SLOTS = "--no-cache-idle-slots"
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ def peer_config(
     and its answer, flash attention, the full sliding window (like SwarmKV). slot_dir: the
     --slot-save-path of a peer warmed from saved slots (RESTORED), which needs one."""
     n_parallel, unified = PEERS[name]
-    extra: tuple[str, ...] = ()
+    extra: tuple[str, ...] = (KEEP_IDLE_SLOTS,) if unified else ()
     if name in RESTORED:
         if slot_dir is None:
             raise ValueError(f"{name} saves its slots: it needs a folder (slot_dir)")

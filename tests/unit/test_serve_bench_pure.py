@@ -299,6 +299,11 @@ def test_the_restored_peers_save_folder_lives_exactly_as_long_as_its_server(
     assert not folder.exists()
     with open_system("server-np16", setup, _work(), size) as server:
         assert "--slot-save-path" not in server.config.extra_args
+        assert "--no-cache-idle-slots" not in server.config.extra_args
+    with open_system("server-np16-unified", setup, _work(), size) as server:
+        # keeps its idle slots' prompts: cleared into the prompt cache, a head moves into one
+        # slot and every other request of a burst computes it again
+        assert server.config.extra_args == ("--no-cache-idle-slots",)
     with pytest.raises(ValueError, match="needs a folder"):
         peer_config("server-np16-restore", setup, _work(), 16)
 
