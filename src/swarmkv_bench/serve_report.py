@@ -140,18 +140,29 @@ def peer_binary_lines(
 
 def tree_against_library(tree: dict[str, Any], library: dict[str, Any]) -> str:
     """Whether the peers' tree is the library's: the same commit and the same patches, each
-    with the same hash (a stamp from before hashes were kept compares by name only)."""
+    with the same file hash (a stamp from before hashes were kept compares by name only).
+    A patch file's hash changes when it is edited, and also when a patch is added to the
+    series (each file's subject numbers it: [PATCH 01/12]), so same names with other hashes
+    are said as such."""
     if tree["commit"] != library["llama_cpp_commit"]:
         return f"another llama.cpp commit than SwarmKV's library ({library['llama_cpp_commit']})"
-    hashed = all(":" in p for p in tree["patches"])
-    key = (lambda p: p) if hashed else (lambda p: p.rsplit(":", 1)[0])
-    peer = {key(p) for p in tree["patches"]}
-    lib = {key(p) for p in library["patches"]}
+    peer, lib = set(tree["patches"]), set(library["patches"])
     if peer == lib:
-        return "the same tree as SwarmKV's library" + ("" if hashed else " (patch names)")
-    only_peer = patch_numbers(sorted(peer - lib)) or "none"
-    only_lib = patch_numbers(sorted(lib - peer)) or "none"
-    return (  # a patch changed in between shows on both sides
+        return "the same tree as SwarmKV's library"
+    names_peer = {p.rsplit(":", 1)[0] for p in peer}
+    names_lib = {p.rsplit(":", 1)[0] for p in lib}
+    if names_peer == names_lib:
+        hashed = all(":" in p for p in peer | lib)
+        if not hashed:
+            return "the same tree as SwarmKV's library (patch names)"
+        other = len(peer - lib)
+        return (
+            f"the same patches as SwarmKV's library by name, {other} with another file hash "
+            "(edited, or renumbered when a patch was added)"
+        )
+    only_peer = patch_numbers(sorted(names_peer - names_lib)) or "none"
+    only_lib = patch_numbers(sorted(names_lib - names_peer)) or "none"
+    return (
         f"not SwarmKV's library's tree (only the peers': {only_peer}; "
         f"only the library's: {only_lib})"
     )
