@@ -370,7 +370,7 @@ def test_a_peer_line_says_whether_the_peers_tree_is_the_librarys() -> None:
     line = peer_binary_lines(info, _library("0c1e5709", changed))[0]
     assert line.endswith(
         "by name, 1 with another file hash (edited, or renumbered when a patch was added)"
-    )  # noqa: E501
+    )
     fewer = peer_binary_lines(info, _library("0c1e5709", tree["patches"][:1]))[0]
     assert fewer.endswith("(only the peers': 0012; only the library's: none)")
     renumbered = ["0001-llama-keep-a-sequence.patch:1111111111111111"]  # 0012 added since
