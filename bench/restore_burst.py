@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Workload (c)'s burst against the saved-slots llama-server peer, run after run.
 
-`swarmkv bench --serve` runs a burst once (its arrivals do not depend on the seed), but what
-`server-np16-restore` computes in a burst depends on the order in which its queue takes the
-48 requests: 16 slots hold the 4 heads, 4 slots each; a request that finds no idle slot with
-its head goes to another head's slot and loads its head from the RAM prompt cache, and a
-cache entry moves into the slot it is loaded into (it is not copied), so once a head's
-entries are used up its next request computes the head again. This script runs the same
+A burst's arrivals do not depend on the seed, but what `server-np16-restore` computes in one
+depends on the order in which its queue takes the 48 simultaneous requests (which is why
+`swarmkv bench --serve` now repeats a burst per seed): 16 slots hold the 4 heads, 4 slots
+each; a request that finds no idle slot with its head goes to another head's slot and loads
+its head from the RAM prompt cache, and a cache entry moves into the slot it is loaded into
+(it is not copied), so once a head's entries are used up its next request computes the head
+again. This script runs the same
 burst --runs times against each given llama-server binary, interleaved (the order rotates
 each run), and reports per run the requests that recomputed their head (fewer cached
 tokens than the head has), the prompt tokens computed, tokens/s, p99 time to first token,
