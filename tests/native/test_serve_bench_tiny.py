@@ -4,7 +4,6 @@ the targets and the summary the results page reads (llama-server peers when CI b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -64,11 +63,11 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
     assert turns and all(q["cached_tokens"] > 200 for q in turns)  # its history, reused
     if peers == "all":
         assert result["peer_binary"]["build_flags"]["GGML_NATIVE"] in ("ON", "OFF")
-        # built by bench/build_llama_server.sh from the vendored tree: its patches are the series
-        series = load("patch_series").read_series()
-        assert result["peer_binary"]["tree"]["patches"] == [
-            f"{p.name}:{hashlib.sha256(p.read_bytes()).hexdigest()[:16]}" for p in series
-        ]  # as stamped: each patch with its file's hash, like the library's build info
+        # built by bench/build_llama_server.sh from the vendored tree: its patches are the
+        # series as the fetch script stamps it (each patch with its file's hash)
+        fetch = load("fetch_llama_cpp")
+        stamped = fetch.stamp_text(fetch.read_lock()).split()[-1].split(",")
+        assert result["peer_binary"]["tree"]["patches"] == stamped
         assert {t["workload"] for t in result["targets"]} == {"shared", "multiturn"}
         assert all(t["per_seed"] and len(t["per_seed"]) == 2 for t in result["targets"])
     oh = result["http_overhead"]
