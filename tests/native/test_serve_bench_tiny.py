@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from unit.vendor_scripts import load
 
+from swarmkv_bench.serve_systems import parse_stamp
+
 from support.proc import run, swarmkv_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve]
@@ -66,7 +68,7 @@ def test_serve_bench_against_every_peer(tiny_model_path: Path, tmp_path: Path) -
         # built by bench/build_llama_server.sh from the vendored tree: its patches are the
         # series as the fetch script stamps it (each patch with its file's hash)
         fetch = load("fetch_llama_cpp")
-        stamped = fetch.stamp_text(fetch.read_lock()).split()[-1].split(",")
+        stamped = parse_stamp(fetch.stamp_text(fetch.read_lock()))["patches"]
         assert result["peer_binary"]["tree"]["patches"] == stamped
         assert {t["workload"] for t in result["targets"]} == {"shared", "multiturn"}
         assert all(t["per_seed"] and len(t["per_seed"]) == 2 for t in result["targets"])
